@@ -1,0 +1,35 @@
+# Two commands: `make demo` and `make test`. Both create .venv and install everything first.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+QD     := $(VENV)/bin/quickdraft
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup models clients demo test test-fast clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# The pinned CPU wheel first: an unpinned torch would pull a multi-GB CUDA build.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+models: setup
+	$(QD) models pull default
+
+clients: setup
+	bash editor-clients/setup.sh
+
+demo: models
+	$(QD) demo
+
+test: models clients
+	$(PY) -m pytest -q -p no:cacheprovider
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not real_model and not editor"
+
+clean:
+	rm -rf $(VENV) build *.egg-info
