@@ -1,0 +1,44 @@
+"""`quickdraft` command line: serve | complete | generate | models | bench | demo.
+
+Each subcommand registers its own arguments and handler; this file only dispatches.
+Errors a user can hit end in one clear line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from engine.errors import QuickdraftError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from lsp_server import cli_bench, cli_decode, cli_demo, cli_models, cli_serve
+
+    parser = argparse.ArgumentParser(prog="quickdraft", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module in (cli_serve, cli_decode, cli_models, cli_bench, cli_demo):
+        module.add_parsers(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return int(args.handler(args) or 0)
+    except QuickdraftError as error:
+        print(f"quickdraft: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

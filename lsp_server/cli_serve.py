@@ -1,0 +1,5 @@
+"""Placeholder: registers no subcommand yet."""
+
+
+def add_parsers(sub) -> None:
+    return None
