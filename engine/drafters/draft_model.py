@@ -1,0 +1,59 @@
+"""Draft-model drafting: a small LM proposes tokens one at a time from its own KV cache."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from engine.drafters.base import Draft, DraftLength
+from engine.kv import KVCache
+from engine.verify import SamplingParams, probs_from_logits, sample
+
+
+class DraftModelDrafter:
+    name = "draft"
+
+    def __init__(
+        self,
+        model,
+        *,
+        max_tokens: int = 8,
+        confidence_threshold: float = 0.4,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        # The cache persists across requests: the next prompt usually shares a long prefix.
+        self.kv = KVCache(model)
+        self.length = DraftLength(initial=4, minimum=1, maximum=max_tokens)
+        self.confidence_threshold = confidence_threshold
+        self.generator = generator
+
+    def start(self, prompt_ids: Sequence[int], context_streams: Sequence[Sequence[int]] = ()) -> None:
+        return None
+
+    def propose(self, tokens: Sequence[int], max_tokens: int, sampling: SamplingParams) -> Draft:
+        budget = min(max_tokens, self.length.value)
+        if budget <= 0:
+            return Draft.empty(self.name)
+        # Rejected drafts from the last round fall out here: only the common prefix is kept.
+        logits = self.kv.logits_after(list(tokens))
+        drafted: list[int] = []
+        q_rows: list[torch.Tensor] = []
+        while True:
+            if sampling.greedy:
+                probs = logits.softmax(dim=-1)
+                token = int(probs.argmax())
+            else:
+                probs = probs_from_logits(logits, sampling)
+                token = sample(probs, self.generator)
+                q_rows.append(probs)
+            drafted.append(token)
+            # Stop early when the draft model itself is unsure: such tokens are rarely accepted.
+            if len(drafted) >= budget or float(probs[token]) < self.confidence_threshold:
+                break
+            logits = self.kv.forward([token])[-1]
+        q = torch.stack(q_rows) if q_rows else None
+        return Draft(drafted, q, self.name)
+
+    def observe(self, draft: Draft, accepted: int) -> None:
+        self.length.update(len(draft.tokens), accepted)

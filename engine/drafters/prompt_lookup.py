@@ -1,0 +1,77 @@
+"""Prompt-lookup drafting: copy what followed the longest earlier match of the current suffix.
+
+Code repeats itself — names, call patterns, the line being re-typed — so an n-gram match
+in the prompt, the generated text or another open document often predicts the next
+tokens exactly, at no model cost.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from engine.drafters.base import Draft, DraftLength
+from engine.verify import SamplingParams
+
+
+class NgramIndex:
+    """n-gram → the position right after its most recent occurrence, for n in [min_n, max_n].
+
+    `extend` indexes only the new tokens, so growing the sequence by a few accepted
+    tokens costs O(new tokens × n), not a rebuild.
+    """
+
+    def __init__(self, min_n: int, max_n: int) -> None:
+        self.min_n, self.max_n = min_n, max_n
+        self.tokens: list[int] = []
+        self.positions: dict[tuple[int, ...], int] = {}
+
+    def extend(self, new_tokens: Sequence[int]) -> None:
+        for token in new_tokens:
+            # The n-grams ending at the current last token now have a continuation: `token`.
+            end = len(self.tokens)
+            for n in range(self.min_n, min(self.max_n, end) + 1):
+                self.positions[tuple(self.tokens[end - n:end])] = end
+            self.tokens.append(token)
+
+    def continuation(self, suffix: Sequence[int], max_tokens: int) -> tuple[int, list[int]]:
+        """Longest n-gram match of `suffix`'s tail: (n, the tokens that followed it)."""
+        for n in range(min(self.max_n, len(suffix)), self.min_n - 1, -1):
+            start = self.positions.get(tuple(suffix[len(suffix) - n:]))
+            if start is not None:
+                return n, self.tokens[start:start + max_tokens]
+        return 0, []
+
+
+class PromptLookupDrafter:
+    name = "lookup"
+
+    def __init__(self, *, min_n: int = 1, max_n: int = 4, max_tokens: int = 10) -> None:
+        self.min_n, self.max_n = min_n, max_n
+        self.length = DraftLength(initial=max_tokens, minimum=2, maximum=max_tokens)
+        self.sequence = NgramIndex(min_n, max_n)
+        self.streams: list[NgramIndex] = []
+
+    def start(self, prompt_ids: Sequence[int], context_streams: Sequence[Sequence[int]] = ()) -> None:
+        self.sequence = NgramIndex(self.min_n, self.max_n)
+        self.streams = []
+        for stream in context_streams:
+            index = NgramIndex(self.min_n, self.max_n)
+            index.extend(stream)
+            self.streams.append(index)
+
+    def match(self, tokens: Sequence[int], max_tokens: int) -> tuple[int, list[int]]:
+        """Best continuation over the sequence itself (most recent first) and the context streams."""
+        self.sequence.extend(tokens[len(self.sequence.tokens):])
+        best_n, best = 0, []
+        for index in [self.sequence, *self.streams]:
+            n, continuation = index.continuation(tokens, max_tokens)
+            if n > best_n and continuation:
+                best_n, best = n, continuation
+        return best_n, best
+
+    def propose(self, tokens: Sequence[int], max_tokens: int, sampling: SamplingParams) -> Draft:
+        _, continuation = self.match(tokens, min(max_tokens, self.length.value))
+        return Draft(continuation, None, self.name)
+
+    def observe(self, draft: Draft, accepted: int) -> None:
+        self.length.update(len(draft.tokens), accepted)

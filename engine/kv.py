@@ -1,0 +1,63 @@
+"""A model's KV cache together with the tokens it holds.
+
+Knowing the tokens is what makes reuse simple: a new request keeps the longest common
+prefix with what is cached and feeds only the rest, and a rejected draft is undone by
+cropping back to the accepted length.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+
+def common_prefix_length(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class KVCache:
+    def __init__(self, model) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.cache = DynamicCache(config=model.config)
+        self.tokens: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def crop(self, length: int) -> None:
+        """Forget everything after the first `length` tokens."""
+        if length < len(self.tokens):
+            if length == 0:
+                self.cache = DynamicCache(config=self.model.config)
+            else:
+                self.cache.crop(length - len(self.tokens))  # transformers 5: a negative count to drop
+            del self.tokens[length:]
+
+    @torch.inference_mode()
+    def forward(self, new_tokens: list[int], *, logits_for: int | None = None) -> torch.Tensor:
+        """Append `new_tokens`; return logits (float32) for the last `logits_for` of them (default all)."""
+        keep = len(new_tokens) if logits_for is None else logits_for
+        input_ids = torch.tensor([new_tokens], dtype=torch.long, device=self.device)
+        output = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
+        self.cache = output.past_key_values
+        self.tokens.extend(new_tokens)
+        return output.logits[0].float()
+
+    def prefill(self, tokens: list[int]) -> int:
+        """Make the cache hold exactly `tokens`, reusing the common prefix. Returns tokens fed."""
+        self.crop(common_prefix_length(self.tokens, tokens))
+        missing = tokens[len(self.tokens):]
+        if missing:
+            self.forward(missing, logits_for=1)
+        return len(missing)
+
+    def logits_after(self, tokens: list[int]) -> torch.Tensor:
+        """Next-token logits after `tokens`, feeding only what the cache lacks (at least one token)."""
+        reuse = min(common_prefix_length(self.tokens, tokens), len(tokens) - 1)
+        self.crop(reuse)
+        return self.forward(tokens[reuse:], logits_for=1)[-1]
