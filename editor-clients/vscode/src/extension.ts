@@ -1,0 +1,180 @@
+// quickdraft for VS Code: starts `quickdraft serve` and lets vscode-languageclient's native
+// inline-completion feature turn the server's `textDocument/inlineCompletion` answers into
+// ghost text. This file adds what the feature does not: settings, debounce and
+// enable/disable (client middleware), commands and a status-bar item.
+import * as vscode from 'vscode';
+import {
+  LanguageClient,
+  LanguageClientOptions,
+  ServerOptions,
+  State,
+  TransportKind,
+} from 'vscode-languageclient/node';
+import { Debouncer } from './debounce';
+import { isLanguageDisabled, readSettings, resolveServerCommand, serverOptionsFrom, Settings } from './settings';
+import { ServerStatus, statsReport, statsSummary, statusText } from './stats';
+
+const SECTION = 'quickdraft';
+// Settings that only take effect when the server process is started again.
+const RESTART_SETTINGS = ['server.command', 'server.args'];
+
+let client: LanguageClient | undefined;
+let statusItem: vscode.StatusBarItem;
+let lastStatus: ServerStatus | undefined;
+let settings: Settings;
+let extensionPath = '';
+const debouncer = new Debouncer();
+
+function workspaceDirs(): string[] {
+  return (vscode.workspace.workspaceFolders ?? []).map((folder) => folder.uri.fsPath);
+}
+
+function renderStatus(): void {
+  const view = statusText(lastStatus, settings.enable);
+  statusItem.text = view.text;
+  statusItem.tooltip = view.tooltip;
+  statusItem.backgroundColor = view.error ? new vscode.ThemeColor('statusBarItem.errorBackground') : undefined;
+  statusItem.show();
+}
+
+function setStatus(status: ServerStatus): void {
+  lastStatus = status;
+  renderStatus();
+}
+
+function buildClient(): LanguageClient {
+  const command = resolveServerCommand(settings.serverCommand, workspaceDirs(), extensionPath);
+  const serverOptions: ServerOptions = {
+    command,
+    args: settings.serverArgs,
+    transport: TransportKind.stdio,
+    options: { cwd: workspaceDirs()[0] },
+  };
+  const clientOptions: LanguageClientOptions = {
+    documentSelector: [{ scheme: 'file' }, { scheme: 'untitled' }],
+    initializationOptions: serverOptionsFrom(settings),
+    middleware: {
+      provideInlineCompletionItems: async (document, position, context, token, next) => {
+        if (!settings.enable || isLanguageDisabled(settings, document.languageId)) return null;
+        // An explicit "trigger inline suggestion" is answered at once; typing is debounced.
+        const delay = context.triggerKind === vscode.InlineCompletionTriggerKind.Invoke ? 0 : settings.debounceMs;
+        if (!(await debouncer.wait(delay, token))) return null;
+        const result = await next(document, position, context, token);
+        if (token.isCancellationRequested) return null;
+        const items = Array.isArray(result) ? result : result?.items ?? [];
+        // VS Code's stable API has no "shown" event for extensions; an item handed to it here
+        // is what it displays when the text still matches, so this is reported as shown.
+        const id = (items[0]?.command?.arguments?.[0] as { id?: string } | undefined)?.id;
+        if (id !== undefined && currentClientRunning()) {
+          client!.sendNotification('quickdraft/didShowCompletion', { id }).catch(() => undefined);
+        }
+        return result;
+      },
+    },
+  };
+  const created = new LanguageClient(SECTION, 'quickdraft', serverOptions, clientOptions);
+  created.onDidChangeState((event) => {
+    if (event.newState === State.Starting) setStatus({ state: 'starting', message: `${command} ${settings.serverArgs.join(' ')}` });
+    if (event.newState === State.Stopped && client === created) setStatus({ state: 'stopped', message: 'Run "quickdraft: Restart server".' });
+  });
+  created.onNotification('quickdraft/status', (status: ServerStatus) => {
+    if (client === created) setStatus(status);
+  });
+  return created;
+}
+
+function currentClientRunning(): boolean {
+  return client !== undefined && client.state === State.Running;
+}
+
+async function startClient(): Promise<void> {
+  const created = buildClient();
+  client = created;
+  try {
+    await created.start();
+    if (lastStatus?.state === 'starting') setStatus({ state: 'loading', message: 'waiting for the server' });
+  } catch (error) {
+    const command = resolveServerCommand(settings.serverCommand, workspaceDirs(), extensionPath);
+    const message = `quickdraft: could not start "${command} ${settings.serverArgs.join(' ')}" (${String(error)}). `
+      + 'Install quickdraft (make setup in its checkout, or pip install it) or set "quickdraft.server.command".';
+    setStatus({ state: 'error', message });
+    void vscode.window.showErrorMessage(message, 'Open Settings').then((choice) => {
+      if (choice) void vscode.commands.executeCommand('workbench.action.openSettings', 'quickdraft');
+    });
+  }
+}
+
+async function stopClient(): Promise<void> {
+  const old = client;
+  client = undefined;
+  if (!old) return;
+  try {
+    if (old.state === State.Running) await old.stop(5000);
+    await old.dispose(2000);
+  } catch {
+    // A server that died already cannot be stopped politely; nothing left to do.
+  }
+}
+
+async function restartServer(): Promise<void> {
+  await stopClient();
+  await startClient();
+}
+
+async function toggle(): Promise<void> {
+  const config = vscode.workspace.getConfiguration(SECTION);
+  await config.update('enable', !settings.enable, vscode.ConfigurationTarget.Global);
+  // onDidChangeConfiguration updates `settings`, the status bar and the server.
+}
+
+async function showStats(): Promise<Record<string, unknown> | undefined> {
+  if (!currentClientRunning()) {
+    void vscode.window.showWarningMessage('quickdraft: the server is not running. Run "quickdraft: Restart server".');
+    return undefined;
+  }
+  const stats = await client!.sendRequest<Record<string, any>>('quickdraft/stats', {});
+  client!.outputChannel.appendLine(statsReport(stats));
+  void vscode.window.showInformationMessage(`quickdraft: ${statsSummary(stats)}`, 'Details').then((choice) => {
+    if (choice) client?.outputChannel.show(true);
+  });
+  return stats;
+}
+
+async function onConfigurationChanged(event: vscode.ConfigurationChangeEvent): Promise<void> {
+  if (!event.affectsConfiguration(SECTION)) return;
+  settings = readSettings(vscode.workspace.getConfiguration(SECTION));
+  renderStatus();
+  if (RESTART_SETTINGS.some((key) => event.affectsConfiguration(`${SECTION}.${key}`))) {
+    await restartServer();
+    return;
+  }
+  if (currentClientRunning()) {
+    await client!.sendNotification('workspace/didChangeConfiguration', {
+      settings: { quickdraft: serverOptionsFrom(settings) },
+    });
+  }
+}
+
+export async function activate(context: vscode.ExtensionContext): Promise<{ client: () => LanguageClient | undefined }> {
+  extensionPath = context.extensionPath;
+  settings = readSettings(vscode.workspace.getConfiguration(SECTION));
+  statusItem = vscode.window.createStatusBarItem('quickdraft.status', vscode.StatusBarAlignment.Right, 100);
+  statusItem.name = 'quickdraft';
+  statusItem.command = 'quickdraft.toggle';
+  setStatus({ state: 'starting' });
+  context.subscriptions.push(
+    statusItem,
+    vscode.commands.registerCommand('quickdraft.toggle', toggle),
+    vscode.commands.registerCommand('quickdraft.restartServer', restartServer),
+    vscode.commands.registerCommand('quickdraft.showStats', showStats),
+    vscode.workspace.onDidChangeConfiguration(onConfigurationChanged),
+    { dispose: () => void stopClient() },
+  );
+  await startClient();
+  // Returned to other extensions and to the tests.
+  return { client: () => client };
+}
+
+export async function deactivate(): Promise<void> {
+  await stopClient();
+}
