@@ -25,7 +25,10 @@ log = logging.getLogger(__name__)
 CHARS_PER_TOKEN = 8  # generous: code averages 3-4 chars/token, so the window rarely under-fills
 MIN_WINDOW_CHARS = 256
 MIN_DOCUMENT_TOKENS = 32  # a document squeezed below this is noise; drop it instead
-_MARK = "\n"  # leading text used to strip a SentencePiece dummy space (see _encode)
+# Text put in front of a piece and then dropped, so a SentencePiece tokenizer spends its
+# dummy leading space on it (as Meta's encode_infilling does): one rare character that
+# does not merge with what follows.
+_MARK = "☺"
 
 
 @dataclass

@@ -1,0 +1,329 @@
+"""Syntax around the cursor: language detection, tree-sitter parsers, single- vs multi-line.
+
+Parsers come from the per-language grammar wheels (tree-sitter-python, -javascript,
+-typescript, -go, -rust), which work offline. Only a window of text around the cursor is
+parsed, so a 5 MB document costs the same as a small one. Languages without a grammar
+fall back to indentation and bracket heuristics.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import os
+import re
+import threading
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+# LSP languageId → our language name. Names with a grammar are listed in _GRAMMARS.
+_LANGUAGE_IDS = {
+    "python": "python",
+    "javascript": "javascript",
+    "javascriptreact": "javascript",  # the JS grammar parses JSX
+    "typescript": "typescript",
+    "typescriptreact": "tsx",
+    "tsx": "tsx",
+    "go": "go",
+    "rust": "rust",
+}
+_EXTENSIONS = {
+    ".py": "python", ".pyi": "python", ".pyw": "python",
+    ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript", ".jsx": "javascript",
+    ".ts": "typescript", ".mts": "typescript", ".cts": "typescript",
+    ".tsx": "tsx",
+    ".go": "go",
+    ".rs": "rust",
+    ".c": "c", ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".hpp": "cpp", ".java": "java",
+    ".kt": "kotlin", ".cs": "csharp", ".rb": "ruby", ".lua": "lua", ".sh": "shellscript",
+    ".swift": "swift", ".scala": "scala", ".php": "php",
+}
+# language → (module, function returning the grammar's language pointer)
+_GRAMMARS = {
+    "python": ("tree_sitter_python", "language"),
+    "javascript": ("tree_sitter_javascript", "language"),
+    "typescript": ("tree_sitter_typescript", "language_typescript"),
+    "tsx": ("tree_sitter_typescript", "language_tsx"),
+    "go": ("tree_sitter_go", "language"),
+    "rust": ("tree_sitter_rust", "language"),
+}
+# Languages whose blocks are delimited by indentation rather than braces.
+INDENT_LANGUAGES = {"python"}
+
+# Node types that hold a block body: the scope a multi-line completion stays inside.
+BLOCK_TYPES = {
+    "python": {"block"},
+    "javascript": {"statement_block", "class_body", "switch_body", "object"},
+    "typescript": {"statement_block", "class_body", "switch_body", "object", "interface_body", "enum_body", "object_type"},
+    "tsx": {"statement_block", "class_body", "switch_body", "object", "interface_body", "enum_body", "object_type"},
+    "go": {"block", "field_declaration_list", "method_spec_list", "literal_value", "expression_switch_statement",
+           "type_switch_statement", "select_statement"},
+    "rust": {"block", "declaration_list", "field_declaration_list", "match_block", "enum_variant_list"},
+}
+
+# How much text around the cursor gets parsed.
+WINDOW_PREFIX_CHARS = 32_000
+WINDOW_SUFFIX_CHARS = 8_000
+
+_PY_HEADER = re.compile(
+    r"^\s*(?:async\s+)?(?:def|class|if|elif|else|for|while|with|try|except|finally|match|case)\b.*:\s*$"
+    r"|^\s*(?:else|try|finally)\s*:\s*$"
+)
+_CLOSERS = set(")]}\"'`;,:.")
+_WORD = re.compile(r"\w")
+
+
+def language_from(language_id: str | None, path: str | None) -> str | None:
+    """Our language name from an LSP languageId (preferred) or the file extension."""
+    if language_id:
+        lid = language_id.strip().lower()
+        return _LANGUAGE_IDS.get(lid, lid or None)
+    if path:
+        return _EXTENSIONS.get(os.path.splitext(path)[1].lower())
+    return None
+
+
+@functools.cache
+def _language(language: str):
+    import tree_sitter
+
+    module, func = _GRAMMARS[language]
+    return tree_sitter.Language(getattr(importlib.import_module(module), func)())
+
+
+@functools.cache
+def get_parser(language: str | None):
+    """A cached tree-sitter parser, or None when there is no grammar for ``language``."""
+    if language not in _GRAMMARS:
+        return None
+    try:
+        import tree_sitter
+
+        return tree_sitter.Parser(_language(language))
+    except Exception as exc:  # a missing or broken grammar wheel must not break completion
+        log.warning("no tree-sitter parser for %s (%s); using indentation heuristics", language, exc)
+        return None
+
+
+# Parser objects are not thread-safe; the LSP thread and the engine worker may both parse.
+_parse_lock = threading.Lock()
+
+
+def parse(language: str | None, text: str):
+    """Parse ``text`` (a window, not a whole document) or return None without a grammar."""
+    parser = get_parser(language)
+    if parser is None:
+        return None
+    with _parse_lock:
+        return parser.parse(text.encode("utf-8"))
+
+
+# -- text helpers ---------------------------------------------------------------------
+
+
+def indent_width(line: str) -> int:
+    ws = line[: len(line) - len(line.lstrip(" \t"))]
+    return len(ws.expandtabs(4))
+
+
+def current_line_parts(prefix: str, suffix: str) -> tuple[str, str]:
+    """(text before the cursor on its line, text after the cursor on its line)."""
+    return prefix[prefix.rfind("\n") + 1 :], suffix.split("\n", 1)[0]
+
+
+def only_closers(text: str) -> bool:
+    """True when ``text`` holds nothing but closing brackets/quotes/punctuation."""
+    return all(c in _CLOSERS or c.isspace() for c in text)
+
+
+def window_start(prefix: str, max_chars: int = WINDOW_PREFIX_CHARS) -> int:
+    """Where to start parsing: a top-level (unindented) line not too far above the cursor."""
+    lo = max(0, len(prefix) - max_chars)
+    pos = prefix.rfind("\n", lo, len(prefix))
+    while pos > lo:
+        line_start = pos + 1
+        # A top-level line (no indent, not a closer) is a clean place to start parsing.
+        ch = prefix[line_start : line_start + 1]
+        if ch and not ch.isspace() and ch not in ")]}":
+            return line_start
+        pos = prefix.rfind("\n", lo, pos)
+    if lo == 0:
+        return 0
+    nl = prefix.find("\n", lo)
+    return nl + 1 if nl != -1 else lo
+
+
+def _strip_line_comment(line: str, language: str | None) -> str:
+    # Naive (ignores strings); only used to see the last code token of a line.
+    marker = "#" if language in INDENT_LANGUAGES or language in {"ruby", "shellscript"} else "//"
+    idx = line.find(marker)
+    return line[:idx] if idx != -1 else line
+
+
+def _line_opens_block(line: str, language: str | None) -> bool:
+    """Text heuristic: does this line end by opening a block?"""
+    code = _strip_line_comment(line, language).rstrip()
+    if code.endswith("{"):
+        return True
+    if language in INDENT_LANGUAGES or language is None:
+        return bool(_PY_HEADER.match(code))
+    return False
+
+
+def _quote_open(line_before: str) -> bool:
+    # Fallback string check without a parser: an odd number of a quote char is open.
+    for q in "\"'`":
+        if line_before.count(q) - line_before.count("\\" + q) & 1:
+            return True
+    return False
+
+
+# -- tree-sitter helpers ----------------------------------------------------------------
+
+_STRINGISH = ("string", "comment", "template", "char_literal", "raw_string", "heredoc")
+
+
+@dataclass
+class _Window:
+    text: str
+    cursor: int  # char offset of the cursor in text
+    tree: object
+
+    def byte(self, char_offset: int) -> int:
+        return len(self.text[:char_offset].encode("utf-8"))
+
+
+def _parse_window(prefix: str, suffix: str, language: str | None) -> _Window | None:
+    if get_parser(language) is None:
+        return None
+    start = window_start(prefix)
+    text = prefix[start:] + suffix[:WINDOW_SUFFIX_CHARS]
+    tree = parse(language, text)
+    return _Window(text, len(prefix) - start, tree) if tree is not None else None
+
+
+def _inside_string_or_comment(win: _Window) -> bool:
+    cur = win.byte(win.cursor)
+    if cur == 0:
+        return False
+    node = win.tree.root_node.descendant_for_byte_range(cur - 1, cur)
+    while node is not None:
+        t = node.type
+        if any(s in t for s in _STRINGISH):
+            text = node.text.decode("utf-8", "replace") if node.text else ""
+            line_comment = "comment" in t and text.startswith(("//", "#", "--"))
+            if node.start_byte < cur < node.end_byte or (line_comment and node.start_byte < cur <= node.end_byte):
+                return True
+        node = node.parent
+    return False
+
+
+def _last_token_opens_block(win: _Window, language: str) -> bool | None:
+    """Tree verdict on the last code token before the cursor; None = no opinion."""
+    before = win.text[: win.cursor].rstrip()
+    if not before:
+        return None
+    b = win.byte(len(before))
+    node = win.tree.root_node.descendant_for_byte_range(b - 1, b)
+    if node is None:
+        return None
+    if node.type == "comment":  # "if x:  # why" → look at the token before the comment
+        return _line_opens_block(before[: len(before) - len(node.text.decode("utf-8", "replace"))], language)
+    parent = node.parent
+    if parent is None or parent.type == "ERROR" or node.type == "ERROR":
+        return None
+    if node.type == ":" and language in INDENT_LANGUAGES:
+        # The colon of a compound statement, not of a dict, slice, annotation or lambda.
+        return parent.type.endswith(("_statement", "_definition", "_clause")) or parent.type in {"else_clause", "case_clause"}
+    if node.type == "{":
+        return True
+    return False
+
+
+# -- single- vs multi-line ------------------------------------------------------------------
+
+
+def decide_multiline(prefix: str, suffix: str, language: str | None) -> bool:
+    """Should the completion be a multi-line block (True) or the rest of this line (False)?
+
+    - text (other than closing brackets/quotes) after the cursor → single line;
+    - end of a line that opens a block (``def f():``, ``{``) → multi-line;
+    - on a blank line inside an empty block / empty body (or an empty document) → multi-line;
+    - otherwise single line.
+    """
+    line_before, line_after = current_line_parts(prefix, suffix)
+    if line_after.strip() and not only_closers(line_after):
+        return False
+
+    win = _parse_window(prefix, suffix, language)
+    if win is not None:
+        if _inside_string_or_comment(win):
+            return False
+    elif _quote_open(line_before):
+        return False
+
+    if line_before.strip():
+        if win is not None:
+            verdict = _last_token_opens_block(win, language)
+            if verdict is not None:
+                return verdict
+        return _line_opens_block(line_before, language)
+
+    # Blank line: multi-line only inside an empty block / body.
+    above = prefix[: len(prefix) - len(line_before)].rstrip("\n").split("\n")
+    prev = next((ln for ln in reversed(above[-200:]) if ln.strip()), None)
+    if prev is None:
+        return not suffix.strip()  # an empty document is an empty body
+    if not _line_opens_block(prev, language):
+        return False
+    if line_after.strip():  # `{` above, cursor before `}` on this line
+        return True
+    below = suffix.split("\n")[1:200]
+    nxt = next((ln for ln in below if ln.strip()), None)
+    if nxt is None:
+        return True
+    if nxt.lstrip()[:1] in ")]}":
+        return True  # the block closes right away: it is empty
+    return indent_width(nxt) <= indent_width(prev)  # nothing indented under the header
+
+
+# -- syntactic scope (used by postprocess) ---------------------------------------------------
+
+
+def scope_end(prefix: str, completion: str, suffix: str, language: str | None) -> int | None:
+    """Offset in ``completion`` where the block the completion started in ends.
+
+    Parses prefix-window + completion + suffix-window, finds the innermost block
+    (``BLOCK_TYPES``) holding the completion's first non-blank character, and returns
+    where that block ends if it ends inside the completion, ``len(completion)`` if it
+    does not. None when there is no grammar, the completion starts at top level, or the
+    block does not parse cleanly: the caller then falls back to indentation.
+    """
+    types = BLOCK_TYPES.get(language or "")
+    if not types or get_parser(language) is None:
+        return None
+    stripped = completion.lstrip()
+    if not stripped:
+        return None
+    start = window_start(prefix)
+    head = prefix[start:]
+    text = head + completion + suffix[:WINDOW_SUFFIX_CHARS]
+    tree = parse(language, text)
+    if tree is None:
+        return None
+    first = len(head) + len(completion) - len(stripped)
+    first_b = len(text[:first].encode("utf-8"))
+    comp_end_b = len((head + completion).encode("utf-8"))
+    node = tree.root_node.descendant_for_byte_range(first_b, first_b + 1)
+    while node is not None and node.type not in types:
+        node = node.parent
+    if node is None:
+        return None  # top level: no block to leave; indentation may still see one close
+    if node.has_error:
+        return None
+    if node.end_byte >= comp_end_b:
+        return len(completion)
+    end_chars = len(text.encode("utf-8")[: node.end_byte].decode("utf-8", "ignore"))
+    return max(0, end_chars - len(head))
