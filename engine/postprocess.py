@@ -25,9 +25,11 @@ from dataclasses import dataclass
 
 from engine.syntax import (
     INDENT_LANGUAGES,
-    _line_opens_block,
+    NEAR_CHARS,
     current_line_parts,
     indent_width,
+    line_opens_block,
+    lines_below,
     only_closers,
     scope_end,
 )
@@ -56,7 +58,7 @@ class PostprocessedCompletion:
 
 def _lines_below(suffix: str) -> list[str]:
     """The non-blank lines after the cursor's line."""
-    return [ln for ln in suffix.split("\n")[1:] if ln.strip()]
+    return [ln for ln in lines_below(suffix) if ln.strip()]
 
 
 def stop_strings_for(suffix: str, multiline: bool) -> list[str]:
@@ -66,7 +68,7 @@ def stop_strings_for(suffix: str, multiline: bool) -> list[str]:
     (the model reproducing it means the middle is done). Multi-line: the next non-blank
     line below the cursor, at its own indentation, on a line of its own.
     """
-    line_after = suffix.split("\n", 1)[0]
+    _, line_after = current_line_parts("", suffix)
     stops: list[str] = []
     if not multiline:
         stops.append("\n")
@@ -74,12 +76,12 @@ def stop_strings_for(suffix: str, multiline: bool) -> list[str]:
         if len(rest) >= 4 and not only_closers(rest):
             stops.append(rest)
         return stops
-    below = suffix.split("\n")[1:]
+    below = lines_below(suffix)
     for i, line in enumerate(below):
         if line.strip():
             stop = "\n" + line.rstrip()
-            if i + 1 < len(below):  # whole line only, so "return x" does not stop "return xs"
-                stop += "\n"
+            if i + 1 < len(below) or len(suffix) > NEAR_CHARS:
+                stop += "\n"  # whole line only, so "return x" does not stop "return xs"
             stops.append(stop)
             break
     return stops
@@ -163,7 +165,7 @@ def _continues_block(line: str, language: str | None) -> bool:
     if language in INDENT_LANGUAGES or language is None:
         if re.match(r"(elif\b.*|else|except\b.*|finally|case\b.*):$", s):
             return True
-    return s[:1] in ")]}" and _line_opens_block(s, language)
+    return s[:1] in ")]}" and line_opens_block(s, language)
 
 
 def trim_to_scope_by_indentation(text: str, line_before: str, language: str | None) -> str:
@@ -180,7 +182,7 @@ def trim_to_scope_by_indentation(text: str, line_before: str, language: str | No
     if first is None:
         return text
     base = indent_width(lines[first])
-    opened = first == 0 and _line_opens_block(lines[0], language)
+    opened = first == 0 and line_opens_block(lines[0], language)
     for i in range(first + 1, len(lines)):
         line = lines[i]
         if not line.strip():

@@ -130,7 +130,34 @@ def indent_width(line: str) -> int:
 
 def current_line_parts(prefix: str, suffix: str) -> tuple[str, str]:
     """(text before the cursor on its line, text after the cursor on its line)."""
-    return prefix[prefix.rfind("\n") + 1 :], suffix.split("\n", 1)[0]
+    end = suffix.find("\n")
+    return prefix[prefix.rfind("\n") + 1 :], suffix if end == -1 else suffix[:end]
+
+
+# Line look-ups near the cursor read at most this many characters, whatever the size
+# of the document.
+NEAR_CHARS = 16_000
+
+
+def lines_above(prefix: str, limit: int = 200) -> list[str]:
+    """Up to ``limit`` whole lines above the cursor's line, nearest last."""
+    window = prefix[-NEAR_CHARS:]
+    lines = window.split("\n")[:-1]  # the last piece is the cursor's own line
+    if len(prefix) > NEAR_CHARS and lines:
+        lines = lines[1:]  # the first piece may be a partial line
+    return lines[-limit:]
+
+
+def lines_below(suffix: str, limit: int = 200) -> list[str]:
+    """Up to ``limit`` whole lines below the cursor's line, nearest first.
+
+    The last one lacks a final newline only when it is the end of the document.
+    """
+    window = suffix[:NEAR_CHARS]
+    lines = window.split("\n")[1:]  # the first piece is the rest of the cursor's line
+    if len(suffix) > NEAR_CHARS and lines:
+        lines = lines[:-1]  # the last piece may be a partial line
+    return lines[:limit]
 
 
 def only_closers(text: str) -> bool:
@@ -162,7 +189,7 @@ def _strip_line_comment(line: str, language: str | None) -> str:
     return line[:idx] if idx != -1 else line
 
 
-def _line_opens_block(line: str, language: str | None) -> bool:
+def line_opens_block(line: str, language: str | None) -> bool:
     """Text heuristic: does this line end by opening a block?"""
     code = _strip_line_comment(line, language).rstrip()
     if code.endswith("{"):
@@ -230,7 +257,7 @@ def _last_token_opens_block(win: _Window, language: str) -> bool | None:
     if node is None:
         return None
     if node.type == "comment":  # "if x:  # why" → look at the token before the comment
-        return _line_opens_block(before[: len(before) - len(node.text.decode("utf-8", "replace"))], language)
+        return line_opens_block(before[: len(before) - len(node.text.decode("utf-8", "replace"))], language)
     parent = node.parent
     if parent is None or parent.type == "ERROR" or node.type == "ERROR":
         return None
@@ -269,19 +296,17 @@ def decide_multiline(prefix: str, suffix: str, language: str | None) -> bool:
             verdict = _last_token_opens_block(win, language)
             if verdict is not None:
                 return verdict
-        return _line_opens_block(line_before, language)
+        return line_opens_block(line_before, language)
 
     # Blank line: multi-line only inside an empty block / body.
-    above = prefix[: len(prefix) - len(line_before)].rstrip("\n").split("\n")
-    prev = next((ln for ln in reversed(above[-200:]) if ln.strip()), None)
+    prev = next((ln for ln in reversed(lines_above(prefix)) if ln.strip()), None)
     if prev is None:
         return not suffix.strip()  # an empty document is an empty body
-    if not _line_opens_block(prev, language):
+    if not line_opens_block(prev, language):
         return False
     if line_after.strip():  # `{` above, cursor before `}` on this line
         return True
-    below = suffix.split("\n")[1:200]
-    nxt = next((ln for ln in below if ln.strip()), None)
+    nxt = next((ln for ln in lines_below(suffix) if ln.strip()), None)
     if nxt is None:
         return True
     if nxt.lstrip()[:1] in ")]}":

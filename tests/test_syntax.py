@@ -158,3 +158,28 @@ def test_scope_end_non_ascii():
     prefix = "def f():\n    s = 'héllo → wörld'\n    "
     completion = "t = 'ünïcode'\n\ndef g():\n    pass"
     assert scope_end(prefix, completion, "", "python") == len("t = 'ünïcode'")
+
+
+# -- properties ---------------------------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+snippet = st.lists(
+    st.sampled_from(list("ab_(){}[]:;=,.'\"`#/ \t\n") + ["def ", "if x:", "fn ", "func ", "    ", "\n}", "é"]),
+    max_size=60,
+).map("".join)
+languages = st.sampled_from(["python", "javascript", "typescript", "tsx", "go", "rust", "java", None])
+
+
+@settings(max_examples=200, deadline=None)
+@given(prefix=snippet, suffix=snippet, language=languages)
+def test_decide_multiline_never_raises(prefix, suffix, language):
+    assert decide_multiline(prefix, suffix, language) in (True, False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(prefix=snippet, completion=snippet, suffix=snippet, language=languages)
+def test_scope_end_is_within_the_completion(prefix, completion, suffix, language):
+    end = scope_end(prefix, completion, suffix, language)
+    assert end is None or 0 <= end <= len(completion)

@@ -1,0 +1,299 @@
+"""Post-processing filters: one table per filter, then the whole chain, then properties."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.postprocess import (
+    PostprocessedCompletion,
+    correct_range,
+    cut_line_suffix_overlap,
+    cut_suffix_lines_overlap,
+    drop_repeated_lines,
+    drop_whitespace_only,
+    keep_first_line,
+    postprocess,
+    stop_strings_for,
+    trim_to_scope,
+    trim_to_scope_by_indentation,
+)
+
+# -- stop strings ---------------------------------------------------------------------------
+
+STOP_TABLE = [
+    # (suffix, multiline, expected)
+    ("", False, ["\n"]),
+    (")\n", False, ["\n"]),  # closers only: nothing distinctive
+    (", b)\nfoo()", False, ["\n", ", b)"]),
+    ("ab)", False, ["\n"]),  # too short to be distinctive
+    ("\n    return x\n", True, ["\n    return x\n"]),
+    ("\n\n}", True, ["\n}"]),  # last line of the document: no trailing newline required
+    ("", True, []),
+    ("}\nfoo();\n", True, ["\nfoo();\n"]),
+]
+
+
+@pytest.mark.parametrize("suffix, multiline, expected", STOP_TABLE)
+def test_stop_strings_for(suffix, multiline, expected):
+    assert stop_strings_for(suffix, multiline) == expected
+
+
+# -- single line ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("a + b", "a + b"), ("a + b\nc = 1", "a + b"), ("\nfoo()", ""), ("", "")],
+)
+def test_keep_first_line(text, expected):
+    assert keep_first_line(text) == expected
+
+
+# -- reproducing the rest of the line --------------------------------------------------------
+
+LINE_OVERLAP_TABLE = [
+    # (completion, rest of the line after the cursor, expected)
+    ("a, b)", ", b)", "a"),  # python: foo(|, b)
+    ("a, b", ", b)", "a"),  # stopped half-way through the reproduction
+    ("a, b) + c", ", b)", "a"),  # reproduced, then went on
+    (", b)", ", b)", ""),  # nothing but the reproduction
+    ("a, c)", ", b)", "a, c)"),  # different: keep
+    ("x", " else y", "x"),
+    ("a if c else y", " else y", "a if c"),  # python conditional
+    ("user.name", ".name;", "user"),  # js: |.name;
+    ("ctx, req)", "req)", "ctx, "),  # go: handle(|req)
+    ("a)", ")", "a)"),  # closers only: left to the range correction
+    ("anything", "", "anything"),
+    ("a, b)\nnext()", ", b)", "a"),  # the lines after the reproduction go too
+]
+
+
+@pytest.mark.parametrize("completion, line_after, expected", LINE_OVERLAP_TABLE)
+def test_cut_line_suffix_overlap(completion, line_after, expected):
+    assert cut_line_suffix_overlap(completion, line_after) == expected
+
+
+# -- repeating the lines below the cursor -------------------------------------------------------
+
+SUFFIX_LINES_TABLE = [
+    # (completion, line before the cursor, suffix, expected)
+    (  # python: the body ends where the existing return begins
+        "result = []\n    for x in xs:\n        result.append(x)\n    return result",
+        "    ",
+        "\n    return result\n",
+        "result = []\n    for x in xs:\n        result.append(x)",
+    ),
+    ("return result", "    ", "\n    return result\n", ""),  # blank line: the first line counts
+    ("a();\n}", "  ", "\n}\n", "a();"),  # js: the closing brace is already there
+    (  # an inner "  }" is not the outer "}" below
+        "if (x) {\n    a();\n  }",
+        "  ",
+        "\n}\n",
+        "if (x) {\n    a();\n  }",
+    ),
+    (  # js: the suffix's "  }" closes the else the completion opened
+        "a();\n  } else {\n    b();\n  }",
+        "    ",
+        "\n  }\n}\n",
+        "a();\n  } else {\n    b();",
+    ),
+    ("x := 1\n\treturn x", "\t", "\n\treturn x\n}", "x := 1"),  # go
+    ("let y = 2;\n    y\n}", "    ", "\n    y\n}\n", "let y = 2;"),  # rust: two lines match
+    ("let y = 2;\n    y + 1", "    ", "\n    y\n}\n", "let y = 2;\n    y + 1"),  # different: keep
+    ("foo()", "x = ", "\nfoo()\n", "foo()"),  # first line of a non-blank line never counts
+    ("a\nb", "", "", "a\nb"),  # nothing below
+]
+
+
+@pytest.mark.parametrize("completion, line_before, suffix, expected", SUFFIX_LINES_TABLE)
+def test_cut_suffix_lines_overlap(completion, line_before, suffix, expected):
+    assert cut_suffix_lines_overlap(completion, line_before, suffix) == expected
+
+
+# -- repetition -----------------------------------------------------------------------------------
+
+REPEAT_TABLE = [
+    # (completion, line before the cursor, expected)
+    ("pass\n    pass\n    pass\n    pass", "    ", "pass"),
+    ("x = 1\nx = 1\nx = 1\ny = 2", "", "x = 1"),
+    ("x = 1\nx = 1\ny = 2", "", "x = 1\nx = 1\ny = 2"),  # twice is fine
+    ("a()\nb()\na()\nb()\na()\nb()", "", "a()\nb()"),  # a repeated block
+    ("  }\n}\n}\n}", "", "  }\n}\n}\n}"),  # brackets never count
+    ("log(1)\nlog(2)\nlog(3)", "", "log(1)\nlog(2)\nlog(3)"),
+    ('fmt.Println("x")\n\tfmt.Println("x")\n\tfmt.Println("x")', "\t", 'fmt.Println("x")'),  # go, tabs
+]
+
+
+@pytest.mark.parametrize("completion, line_before, expected", REPEAT_TABLE)
+def test_drop_repeated_lines(completion, line_before, expected):
+    assert drop_repeated_lines(completion, line_before) == expected
+
+
+# -- syntactic scope by indentation (fallback) ---------------------------------------------------
+
+INDENT_SCOPE_TABLE = [
+    # (completion, line before the cursor, language, expected)
+    ("\n    return 1\n\ndef h():\n    pass", "def f():", "python", "\n    return 1\n"),
+    ("return 1\n\ndef h():\n    pass", "    ", "python", "return 1\n"),
+    ("x = 1\n    return x", "    ", "python", "x = 1\n    return x"),
+    ("\n    a()\nelse:\n    b()\nc()", "if x:", "python", "\n    a()\nelse:\n    b()"),  # else continues
+    ("):\n    return a\n\ndef g():", "def f(a, b", "python", "):\n    return a\n"),
+    ("\n  return 1;\n}\n\nfunction g() {}", "function f() {", "javascript", "\n  return 1;\n}"),
+    ("\n  a();\n} else {\n  b();\n}\nc();", "if (x) {", "javascript", "\n  a();\n} else {\n  b();\n}"),
+    ("a();\n}\nfunction g() {}", "  ", "javascript", "a();\n}"),
+    ("\n\tx := 1\n}\n\nfunc g() {}", "func f() {", "go", "\n\tx := 1\n}"),
+    ("\n    let x = 1;\n}\nfn g() {}", "fn f() {", "rust", "\n    let x = 1;\n}"),
+    ("\n    let x = 1;\n}\nfn g() {}", "fn f() {", None, "\n    let x = 1;\n}"),
+    ("x = 1\ny = 2", "", "python", "x = 1\ny = 2"),  # top level: nothing to leave
+    ("\n\n", "x", "python", "\n\n"),
+]
+
+
+@pytest.mark.parametrize("completion, line_before, language, expected", INDENT_SCOPE_TABLE)
+def test_trim_to_scope_by_indentation(completion, line_before, language, expected):
+    assert trim_to_scope_by_indentation(completion, line_before, language) == expected
+
+
+TREE_SCOPE_TABLE = [
+    # (prefix, completion, suffix, language, expected)
+    ("def f():\n    ", "return 1\n\ndef h():\n    pass", "\n", "python", "return 1"),
+    ("def f():", "\n    return 1\n\nclass C:\n    pass", "", "python", "\n    return 1"),
+    ("function f() {\n  ", "a();\n}\nfunction g() {}", "\n}\n", "javascript", "a();\n}"),
+    ("if (x) {", "\n  a();\n} else {\n  b();\n}", "", "typescript", "\n  a();\n}"),
+    ("func f() {\n\t", "x := 1\n}\n\nfunc g() {}", "", "go", "x := 1\n}"),
+    ("fn f() {\n    ", "let x = 1;\n}\nfn g() {}", "", "rust", "let x = 1;\n}"),
+    ("def f():\n    ", "x = 1\n    return x", "", "python", "x = 1\n    return x"),
+    ("x = 1\n", "y = 2\nz = 3", "", "python", "y = 2\nz = 3"),  # top level
+    ("fn f() {\n    ", "let x = 1;\n}\nfn g() {}", "", None, "let x = 1;\n}"),  # no grammar: indentation
+]
+
+
+@pytest.mark.parametrize("prefix, completion, suffix, language, expected", TREE_SCOPE_TABLE)
+def test_trim_to_scope(prefix, completion, suffix, language, expected):
+    assert trim_to_scope(completion, prefix, suffix, language) == expected
+
+
+# -- whitespace ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, expected", [("", ""), ("  \n\t\n", ""), (" x ", " x ")])
+def test_drop_whitespace_only(text, expected):
+    assert drop_whitespace_only(text) == expected
+
+
+# -- range correction ----------------------------------------------------------------------------
+
+RANGE_TABLE = [
+    # (completion, rest of the line after the cursor, expected text, expected replace_after)
+    ("a, b)", ")", "a, b)", 1),  # foo(|) → completion retypes ")"
+    ("a, b", ")", "a, b", 0),  # leaves ")" alone: plain insert
+    ("a, b):", ")", "a, b):", 1),
+    ("bar(1)", ")", "bar(1)", 0),  # its ")" closes its own "(": not ours
+    ("bar(1))", ")", "bar(1))", 1),
+    ('hello")', '")', 'hello")', 2),  # print("|")
+    ('hello"', '")', 'hello")', 2),  # typed the quote only: ")" is re-appended
+    ("it's fine", '")', "it's fine", 0),  # an apostrophe inside a string
+    ('a", "b")', '")', 'a", "b")', 2),
+    ("x);", ");", "x);", 2),
+    ("x)", ");", "x);", 2),
+    ("\n  a();\n}", "}", "\n  a();\n}", 1),  # {|} multi-line
+    ("\n  a();\n", "}", "\n  a();\n", 0),
+    ("ntln", "nt(x)", "ntln", 2),  # pri|nt → println
+    ("e", "nt(x)", "e", 0),
+    ("abc", "", "abc", 0),
+    ("x]", "])", "x])", 2),  # go/rust index inside a call: a[|])
+    ("vec![1, 2]", "];", "vec![1, 2]", 0),
+]
+
+
+@pytest.mark.parametrize("completion, line_after, text, replace_after", RANGE_TABLE)
+def test_correct_range(completion, line_after, text, replace_after):
+    assert correct_range(completion, line_after) == PostprocessedCompletion(text, replace_after)
+
+
+# -- the whole chain -------------------------------------------------------------------------------
+
+PIPELINE_TABLE = [
+    # (completion, prefix, suffix, language, multiline, expected text, replace_after)
+    ("a, b)\n\nprint(x)", "foo(", ")\n", "python", False, "a, b)", 1),
+    ("   \n ", "x = ", "\n", "python", True, "", 0),
+    ("", "x = ", "\n", "python", False, "", 0),
+    ("\n    return a + b\n\ndef mul(a, b):\n    return a * b", "def add(a, b):", "\n", "python", True,
+     "\n    return a + b", 0),
+    ("return 1\n    return 1\n    return 1", "def f():\n    ", "", "python", True, "return 1", 0),
+    ("result = []\n    return result", "def f():\n    ", "\n    return result\n", "python", True, "result = []", 0),
+    ("x", "a = f(", ", y)\n", "python", False, "x", 0),
+    ("x, y)", "a = f(", ", y)\n", "python", False, "x", 0),
+    ("nt(x)", "pri", "nt(x)\n", "python", False, "", 0),  # reproduces the line: nothing to add
+    ("1 ", "x = ", "", "python", False, "1", 0),  # trailing blanks at the end of a line go
+    ("\n  return a + b;\n}\n\nfunction mul() {}", "function add(a, b) {", "}\n", "javascript", True,
+     "\n  return a + b;\n}", 1),
+    ("a();\n}\n", "function f() {\n  ", "\n}\n", "javascript", True, "a();", 0),
+    ("\n  a();\n\n\n", "function f() {", "}", "javascript", True, "\n  a();\n", 0),
+    ("name: string;\n  age: number;\n}\n\nexport const x = 1;", "interface P {\n  ", "\n}\n", "typescript", True,
+     "name: string;\n  age: number;", 0),
+    ('"hello")\n\tos.Exit(1)', "\tfmt.Println(", ")\n}", "go", False, '"hello")', 1),
+    ("\n\tfmt.Println(x)\n}\n\nfunc other() {}", "func main() {", "}", "go", True, "\n\tfmt.Println(x)\n}", 1),
+    ("let y = x + 1;\n    y\n}\n\nfn g() {}", "fn f(x: i32) -> i32 {\n    ", "\n}\n", "rust", True,
+     "let y = x + 1;\n    y", 0),
+    ("\"{}\", v);", "    println!(", ");\n", "rust", False, "\"{}\", v);", 2),
+]
+
+
+@pytest.mark.parametrize("completion, prefix, suffix, language, multiline, text, replace_after", PIPELINE_TABLE)
+def test_postprocess(completion, prefix, suffix, language, multiline, text, replace_after):
+    got = postprocess(completion, prefix=prefix, suffix=suffix, language=language, multiline=multiline)
+    assert got == PostprocessedCompletion(text, replace_after)
+
+
+# -- properties ---------------------------------------------------------------------------------------
+
+snippet = st.lists(
+    st.sampled_from(list("ab_(){}[]:;=,.'\"` \t\n") + ["def ", "if x:", "return ", "    ", "\n    ", "\n}", "else"]),
+    max_size=60,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    completion=snippet,
+    prefix=snippet,
+    suffix=snippet,
+    language=st.sampled_from(["python", "javascript", "typescript", "go", "rust", None]),
+    multiline=st.booleans(),
+)
+def test_postprocess_properties(completion, prefix, suffix, language, multiline):
+    got = postprocess(completion, prefix=prefix, suffix=suffix, language=language, multiline=multiline)
+    line_after = suffix.split("\n", 1)[0]
+    assert got.text == "" or got.text.strip(), "never whitespace only"
+    assert 0 <= got.replace_after <= len(line_after)
+    if got.text == "":
+        assert got.replace_after == 0
+    if not multiline:
+        assert "\n" not in got.text
+    # A prefix of the completion, plus at most closers that were already on the line.
+    replaced = line_after[: got.replace_after]
+    assert any(
+        completion.startswith(got.text[:k]) and replaced.endswith(got.text[k:]) for k in range(len(got.text) + 1)
+    )
+
+
+def test_huge_document_is_only_parsed_near_the_cursor(monkeypatch):
+    import engine.syntax as syntax
+
+    seen: list[int] = []
+    real = syntax.parse
+
+    def spy(language, text):
+        seen.append(len(text))
+        return real(language, text)
+
+    monkeypatch.setattr(syntax, "parse", spy)
+    body = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(120_000))  # ~3.5 MB each side
+    got = postprocess("return 1\n\ndef h():\n    pass", prefix=body + "def g():\n    ", suffix="\n\n" + body,
+                      language="python", multiline=True)
+    assert got.text == "return 1"
+    assert seen and max(seen) <= syntax.WINDOW_PREFIX_CHARS + syntax.WINDOW_SUFFIX_CHARS + 100
+    assert stop_strings_for("\n\n" + body, True) == ["\ndef f0(x):\n"]
