@@ -72,7 +72,6 @@ _PY_HEADER = re.compile(
     r"|^\s*(?:else|try|finally)\s*:\s*$"
 )
 _CLOSERS = set(")]}\"'`;,:.")
-_WORD = re.compile(r"\w")
 
 
 def language_from(language_id: str | None, path: str | None) -> str | None:

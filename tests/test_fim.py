@@ -145,3 +145,20 @@ def test_real_qwen_tokenizer_is_detected_and_renders():
     # User text spelling a control token stays text.
     parts = build_prompt(tok, t, "s = '<|fim_middle|>'\n", "", path="m.py")
     assert parts.token_ids.count(tok.convert_tokens_to_ids("<|fim_middle|>")) == 1
+
+
+class _NoBackend:
+    """A tokenizer without a Rust backend: detection falls back to get_vocab()."""
+
+    def __init__(self, tok):
+        self._tok = tok
+
+    def __getattr__(self, name):
+        if name == "backend_tokenizer":
+            raise AttributeError(name)
+        return getattr(self._tok, name)
+
+
+def test_detection_without_a_rust_backend():
+    t = detect_fim_template(_NoBackend(make_tokenizer("deepseek-coder")))
+    assert t.family == "deepseek-coder" and "<|EOT|>" in t.stop_tokens
