@@ -1,0 +1,238 @@
+// End-to-end test in a real VS Code: code-server (VS Code 1.100 in the browser) with the
+// packaged quickdraft.vsix installed, the real `quickdraft serve` on a tiny random model,
+// driven through Debian's chromium by playwright-core. Types in a Python file, waits for the
+// ghost text, takes a screenshot, accepts with Tab, saves with Ctrl+S and checks the file.
+//
+//   node e2e/e2e.mjs            (env: QUICKDRAFT_BIN, QUICKDRAFT_TINY_MODEL, QD_E2E_OUT, CHROMIUM)
+import { spawn, execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createRequire } from 'node:module';
+
+const require = createRequire(import.meta.url);
+const { chromium } = require('playwright-core');
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const extensionDir = path.resolve(here, '..');
+const repo = path.resolve(extensionDir, '..', '..');
+const quickdraft = process.env.QUICKDRAFT_BIN || path.join(repo, '.venv', 'bin', 'quickdraft');
+const vsix = path.join(extensionDir, 'quickdraft.vsix');
+const codeServer = path.join(here, 'node_modules', 'code-server', 'out', 'node', 'entry.js');
+const outDir = process.env.QD_E2E_OUT || path.join(repo, 'test-output');
+const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium';
+const started = Date.now();
+
+function log(message) {
+  console.log(`[e2e ${((Date.now() - started) / 1000).toFixed(1)}s] ${message}`);
+}
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+    server.on('error', reject);
+  });
+}
+
+async function waitForHttp(url, timeoutMs) {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    try {
+      const response = await fetch(url, { redirect: 'manual' });
+      if (response.status < 500) return;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  throw new Error(`code-server did not answer at ${url} within ${timeoutMs} ms`);
+}
+
+for (const [what, file] of [['the packaged extension', vsix], ['code-server', codeServer], ['quickdraft', quickdraft], ['chromium', chromiumPath]]) {
+  if (!fs.existsSync(file)) {
+    console.error(`e2e: ${what} not found at ${file}; run bash editor-clients/setup.sh first`);
+    process.exit(2);
+  }
+}
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'qd-e2e-'));
+const home = path.join(tmp, 'home');
+const userData = path.join(tmp, 'user-data');
+const extensions = path.join(tmp, 'extensions');
+const workspace = path.join(tmp, 'workspace');
+for (const dir of [home, path.join(userData, 'User'), extensions, workspace, outDir]) fs.mkdirSync(dir, { recursive: true });
+
+let modelDir = process.env.QUICKDRAFT_TINY_MODEL;
+if (!modelDir) {
+  modelDir = path.join(tmp, 'tiny');
+  log('writing a tiny model');
+  execFileSync(quickdraft, ['models', 'tiny', modelDir], { stdio: 'inherit' });
+}
+
+const ORIGINAL = 'import os\n\n\ndef read_file(path):\n    with open(path) as f:\n        return f.read()\n\n\n';
+const TYPED = 'def write_file(path, text):\n    with open(path, "w") as f:\n        f.write';
+const file = path.join(workspace, 'main.py');
+fs.writeFileSync(file, ORIGINAL);
+
+fs.writeFileSync(path.join(userData, 'User', 'settings.json'), JSON.stringify({
+  'quickdraft.server.command': quickdraft,
+  'quickdraft.verifier': modelDir,
+  'quickdraft.draft': 'none',
+  'quickdraft.drafter': 'lookup',
+  'quickdraft.trace.server': 'messages',
+  // A quiet editor: nothing but the inline suggestion may claim Tab.
+  'editor.inlineSuggest.enabled': true,
+  'editor.quickSuggestions': { other: 'off', comments: 'off', strings: 'off' },
+  'editor.suggestOnTriggerCharacters': false,
+  'editor.wordBasedSuggestions': 'off',
+  'editor.autoClosingBrackets': 'never',
+  'editor.autoClosingQuotes': 'never',
+  'editor.autoIndent': 'none',
+  'editor.acceptSuggestionOnEnter': 'off',
+  'workbench.startupEditor': 'none',
+  'workbench.tips.enabled': false,
+  'workbench.enableExperiments': false,
+  'security.workspace.trust.enabled': false,
+  'telemetry.telemetryLevel': 'off',
+  'extensions.autoUpdate': false,
+  'extensions.autoCheckUpdates': false,
+  'extensions.ignoreRecommendations': true,
+  'files.autoSave': 'off',
+  'files.insertFinalNewline': false,
+  'files.trimTrailingWhitespace': false,
+  'window.restoreWindows': 'none',
+}, null, 2));
+
+const env = { ...process.env, HOME: home, XDG_CONFIG_HOME: path.join(home, '.config'), XDG_DATA_HOME: path.join(home, '.local', 'share') };
+const common = ['--user-data-dir', userData, '--extensions-dir', extensions];
+
+log('installing the .vsix');
+execFileSync(process.execPath, [codeServer, ...common, '--install-extension', vsix], { env, stdio: 'inherit' });
+
+const port = await freePort();
+const serverLog = fs.createWriteStream(path.join(tmp, 'code-server.log'));
+const server = spawn(process.execPath, [codeServer, ...common, '--auth', 'none', '--bind-addr', `127.0.0.1:${port}`,
+  '--disable-telemetry', '--disable-update-check', '--disable-workspace-trust', '--disable-getting-started-override', workspace],
+{ env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+server.stdout.pipe(serverLog);
+server.stderr.pipe(serverLog);
+
+let browser;
+let page;
+let failed = false;
+try {
+  await waitForHttp(`http://127.0.0.1:${port}/healthz`, 60000);
+  log(`code-server on 127.0.0.1:${port}`);
+  browser = await chromium.launch({ executablePath: chromiumPath, headless: true, args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'] });
+  page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
+  await page.goto(`http://127.0.0.1:${port}/?folder=${encodeURIComponent(workspace)}`);
+  await page.waitForSelector('.monaco-workbench', { timeout: 60000 });
+  log('workbench loaded');
+
+  // Open main.py from the explorer (Quick Open's file search needs ripgrep, which is not built here).
+  const entry = page.locator('.explorer-folders-view .monaco-list-row', { hasText: 'main.py' }).first();
+  await entry.waitFor({ timeout: 30000 });
+  await entry.click();
+  const editor = page.locator('.editor-instance .monaco-editor .view-lines').first();
+  await editor.waitFor({ timeout: 15000 });
+  await page.waitForFunction(() => document.querySelector('.editor-instance .view-lines')?.textContent?.includes('read_file'), null, { timeout: 15000 });
+  log('main.py open');
+
+  // The status-bar item: ready once the tiny model has loaded.
+  const status = page.locator('.statusbar-item', { hasText: 'quickdraft' }).first();
+  await status.waitFor({ timeout: 60000 });
+  await page.waitForFunction(() => [...document.querySelectorAll('.statusbar-item')]
+    .some((e) => e.textContent.includes('quickdraft') && e.querySelector('.codicon-sparkle')), null, { timeout: 120000 });
+  log(`status bar: "${(await status.textContent()).trim()}" (ready)`);
+
+  // Type at the end of the file.
+  await editor.click();
+  await page.keyboard.press('Control+End');
+  await page.keyboard.type(TYPED, { delay: 15 });
+  log('typed; waiting for ghost text');
+  const ghost = page.locator('.ghost-text-decoration').first();
+  await ghost.waitFor({ state: 'visible', timeout: 60000 });
+  if (process.env.QD_E2E_DEBUG) {
+    console.log(await page.evaluate(() => [...document.querySelectorAll('[class*="ghost-text"]')].map((e) => e.outerHTML).join('\n')));
+  }
+  // The first line is decorated into the current line; further lines sit in a view zone below.
+  const ghostFirstLine = (await page.locator('.view-line .ghost-text-decoration').allTextContents()).join('').replace(/\u00a0/g, ' ');
+  const ghostMore = await page.evaluate(() => {
+    const lines = new Map();
+    for (const span of document.querySelectorAll('span.ghost-text:not(.ghost-text-decoration)')) {
+      const line = span.closest('.view-line') ?? span.parentElement;
+      lines.set(line, (lines.get(line) ?? '') + span.textContent);
+    }
+    return [...lines.values()].map((t) => t.replace(/\u00a0/g, ' '));
+  });
+  const ghostText = [ghostFirstLine, ...ghostMore].join('\n');
+  log(`ghost text: ${JSON.stringify(ghostText)}`);
+  const shot = path.join(outDir, 'vscode-ghost-text.png');
+  await page.screenshot({ path: shot });
+  log(`screenshot: ${shot}`);
+
+  await page.keyboard.press('Tab');
+  await page.waitForFunction(() => !document.querySelector('.ghost-text-decoration'), null, { timeout: 10000 });
+  await page.keyboard.press('Control+S');
+  const expected = ORIGINAL + TYPED + ghostText;
+  let saved = '';
+  const deadline = Date.now() + 15000;
+  while (Date.now() < deadline) {
+    saved = fs.readFileSync(file, 'utf8');
+    if (saved !== ORIGINAL) break;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  if (ghostText.trim() === '') throw new Error('the ghost text was empty');
+  if (saved !== expected) {
+    throw new Error(`the saved file is not the typed text + the ghost text that was shown.\n---- expected:\n${expected}\n---- saved:\n${saved}`);
+  }
+  log(`saved file ends with: ${JSON.stringify(saved.slice(ORIGINAL.length))}`);
+
+  // The accept reached the server through the item's command: the stats count it.
+  await page.keyboard.press('F1');
+  await page.waitForSelector('.quick-input-widget input', { state: 'visible', timeout: 15000 });
+  await page.keyboard.type('quickdraft: Show stats');
+  await page.waitForSelector('.quick-input-list .monaco-list-row', { timeout: 15000 });
+  await page.keyboard.press('Enter');
+  const toast = page.locator('.notification-toast .notification-list-item-message', { hasText: 'requests' }).first();
+  await toast.waitFor({ timeout: 20000 });
+  const stats = (await toast.innerText()).trim();
+  log(`stats notification: ${stats}`);
+  const accepted = /accepted by you (\d+)%/.exec(stats);
+  if (!accepted || Number(accepted[1]) <= 0) throw new Error(`the server did not count the accept: ${stats}`);
+  await page.screenshot({ path: path.join(outDir, 'vscode-after-accept.png') });
+  log('PASS');
+} catch (error) {
+  failed = true;
+  console.error(`e2e FAILED: ${error.stack || error}`);
+  if (page) {
+    const shot = path.join(outDir, 'vscode-e2e-failure.png');
+    await page.screenshot({ path: shot }).catch(() => undefined);
+    console.error(`failure screenshot: ${shot}`);
+  }
+  try {
+    console.error('---- code-server log (tail)');
+    console.error(fs.readFileSync(path.join(tmp, 'code-server.log'), 'utf8').split('\n').slice(-40).join('\n'));
+    const logs = path.join(userData, 'logs');
+    for (const f of fs.existsSync(logs) ? fs.readdirSync(logs, { recursive: true }) : []) {
+      if (String(f).endsWith('quickdraft.log') || /quickdraft/.test(String(f))) {
+        console.error(`---- ${f}`);
+        console.error(fs.readFileSync(path.join(logs, String(f)), 'utf8').split('\n').slice(-60).join('\n'));
+      }
+    }
+  } catch {
+    // logs are best effort
+  }
+} finally {
+  await browser?.close().catch(() => undefined);
+  try { process.kill(-server.pid, 'SIGTERM'); } catch { /* already gone */ }
+  if (!failed && !process.env.QD_E2E_KEEP) fs.rmSync(tmp, { recursive: true, force: true });
+  else console.error(`kept ${tmp}`);
+}
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,153 @@
+// Fast tier: our extension + the real vscode-languageclient (stand-in `vscode` module)
+// driving the real `quickdraft serve` on a tiny random model.
+'use strict';
+const { test, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const h = require('./harness.cjs');
+
+const { vscode, T, waitFor } = h;
+const workspace = fs.mkdtempSync(path.join(os.tmpdir(), 'qd-vscode-fast-'));
+let ext;
+let doc;
+
+async function stats() {
+  return vscode.commands.executeCommand('quickdraft.showStats');
+}
+
+/** Ask the way VS Code does after typing; resolves to the list (or null). */
+function complete(document, position, source = h.token()) {
+  const provider = T.inlineProviderFor(document);
+  assert.ok(provider, 'the language client registered an inline completion provider for the document');
+  return provider.provideInlineCompletionItems(document, position,
+    { triggerKind: vscode.InlineCompletionTriggerKind.Automatic, selectedCompletionInfo: undefined }, source.token);
+}
+
+function endOf(document) {
+  return document.positionAt(document.getText().length);
+}
+
+before(async () => {
+  ext = await h.activate({
+    'quickdraft.server.command': h.quickdraft,
+    'quickdraft.server.args': ['serve'],
+    'quickdraft.verifier': h.tinyModel(),
+    'quickdraft.draft': 'none',
+    'quickdraft.drafter': 'lookup',
+    'quickdraft.debounceMs': 0,
+    'quickdraft.enable': true,
+  }, workspace);
+  assert.ok(ext.statusItem, 'a status bar item was created');
+  await waitFor(() => ext.api.client()?.isRunning(), 'the language client to run');
+  doc = T.openDocument(path.join(workspace, 'main.py'), 'python',
+    'import os\n\n\ndef read_file(path):\n    with open(path) as f:\n        return ');
+  await waitFor(() => /\$\(sparkle\)/.test(ext.statusItem.text), 'the status bar to show the models ready', 120000);
+});
+
+after(async () => {
+  await ext?.extension.deactivate();
+  for (const d of ext?.context.subscriptions ?? []) d.dispose?.();
+  fs.rmSync(workspace, { recursive: true, force: true });
+});
+
+test('status bar went through loading to ready', () => {
+  assert.equal(ext.statusItem.visible, true);
+  assert.match(ext.statusItem.text, /^\$\(sparkle\) quickdraft/);
+  assert.equal(ext.statusItem.command, 'quickdraft.toggle');
+  const history = ext.statusItem.history;
+  const loading = history.findIndex((t) => /loading models/.test(t));
+  const ready = history.findIndex((t) => /^\$\(sparkle\)/.test(t));
+  assert.ok(loading >= 0, `showed "loading models" (history: ${JSON.stringify(history)})`);
+  assert.ok(ready > loading, 'then ready');
+});
+
+test('ghost text comes from the server through the native inline-completion feature', async () => {
+  const position = endOf(doc);
+  const result = await complete(doc, position);
+  assert.ok(result, 'an InlineCompletionList');
+  assert.ok(result instanceof vscode.InlineCompletionList, 'converted by the language client');
+  assert.ok(result.items.length >= 1, 'at least one item');
+  const item = result.items[0];
+  assert.ok(item instanceof vscode.InlineCompletionItem);
+  assert.equal(typeof item.insertText, 'string');
+  assert.ok(item.insertText.length > 0, 'non-empty insert text');
+  assert.ok(item.range instanceof vscode.Range, 'a range');
+  assert.equal(item.range.start.line, position.line);
+  assert.equal(item.range.end.line, position.line);
+  assert.equal(item.command.command, 'quickdraft.accepted');
+  assert.equal(typeof item.command.arguments[0].id, 'string');
+});
+
+test('accepting runs the item command, which the server counts', async () => {
+  const before = await stats();
+  const result = await complete(doc, endOf(doc));
+  const item = result.items[0];
+  // What VS Code does when the user presses Tab: insert, then run the item's command.
+  T.editDocument(doc, item.range, item.insertText);
+  await vscode.commands.executeCommand(item.command.command, ...item.command.arguments);
+  const after = await waitFor(async () => {
+    const s = await stats();
+    return s.userAcceptance > 0 ? s : null;
+  }, 'the server to count the accept', 10000, 100);
+  assert.ok(after.requests > before.requests, 'the request was counted');
+  assert.ok(after.userAcceptance > 0);
+  assert.ok(T.state.messages.some((m) => m.kind === 'info' && /requests/.test(m.text)), 'show stats tells the user');
+});
+
+test('typing is debounced: only the last of a burst reaches the server', async () => {
+  T.setSettings({ 'quickdraft.debounceMs': 200 });
+  const before = (await stats()).requests;
+  const sources = [h.token(), h.token(), h.token()];
+  const pending = [];
+  for (const [i, source] of sources.entries()) {
+    if (i > 0) sources[i - 1].cancel(); // VS Code cancels the previous request on each keystroke
+    T.editDocument(doc, new vscode.Range(endOf(doc), endOf(doc)), i === 0 ? 'f' : 'x');
+    pending.push(complete(doc, endOf(doc), source));
+  }
+  const results = await Promise.all(pending);
+  assert.equal(results[0], null);
+  assert.equal(results[1], null);
+  assert.ok(results[2] && results[2].items.length >= 0);
+  const after = (await stats()).requests;
+  assert.equal(after - before, 1, 'one request for three keystrokes');
+  T.setSettings({ 'quickdraft.debounceMs': 0 });
+});
+
+test('disabled languages are not sent to the server', async () => {
+  T.setSettings({ 'quickdraft.disabledLanguages': ['markdown'] });
+  const md = T.openDocument(path.join(workspace, 'notes.md'), 'markdown', '# Notes\n\nSome text ');
+  const before = (await stats()).requests;
+  assert.equal(await complete(md, endOf(md)), null);
+  assert.equal((await stats()).requests, before);
+  T.setSettings({ 'quickdraft.disabledLanguages': [] });
+  T.closeDocument(md);
+});
+
+test('toggle turns completions and the status bar off and on', async () => {
+  await vscode.commands.executeCommand('quickdraft.toggle');
+  assert.equal(T.state.settings['quickdraft.enable'], false);
+  assert.match(ext.statusItem.text, /circle-slash/);
+  const before = (await stats()).requests;
+  assert.equal(await complete(doc, endOf(doc)), null);
+  assert.equal((await stats()).requests, before, 'nothing sent while off');
+  await vscode.commands.executeCommand('quickdraft.toggle');
+  assert.equal(T.state.settings['quickdraft.enable'], true);
+  assert.doesNotMatch(ext.statusItem.text, /circle-slash/);
+  const result = await complete(doc, endOf(doc));
+  assert.ok(result && result.items.length >= 1, 'completions again after toggling back on');
+});
+
+test('restart server starts a fresh server that completes again', async () => {
+  const old = ext.api.client();
+  await vscode.commands.executeCommand('quickdraft.restartServer');
+  const fresh = ext.api.client();
+  assert.notEqual(fresh, old);
+  await waitFor(() => fresh.isRunning(), 'the new client to run');
+  await waitFor(() => /\$\(sparkle\)/.test(ext.statusItem.text), 'models ready again', 120000);
+  const reopened = T.state.textDocuments.find((d) => d.languageId === 'python');
+  const result = await complete(reopened, endOf(reopened));
+  assert.ok(result && result.items.length >= 1);
+  assert.equal((await stats()).requests, 1, 'the new server counts from zero');
+});

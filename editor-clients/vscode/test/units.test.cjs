@@ -1,0 +1,81 @@
+// Plain helpers of the extension (settings, status text, stats formatting, debounce).
+'use strict';
+const { test } = require('node:test');
+const assert = require('node:assert/strict');
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+
+const lib = path.resolve(__dirname, '..', 'out', 'lib');
+const settings = require(path.join(lib, 'settings.js'));
+const stats = require(path.join(lib, 'stats.js'));
+const { Debouncer } = require(path.join(lib, 'debounce.js'));
+
+function config(values) {
+  return { get: (key, fallback) => (key in values ? values[key] : fallback) };
+}
+
+test('settings map to the server options, leaving empty models to the server', () => {
+  const s = settings.readSettings(config({ verifier: '', draft: 'none', drafter: 'lookup', disabledLanguages: ['markdown'] }));
+  assert.deepEqual(settings.serverOptionsFrom(s), {
+    enabled: true, drafter: 'lookup', budgetMs: 200, maxNewTokens: 64, multiline: 'auto',
+    disabledLanguages: ['markdown'], draft: 'none',
+  });
+  assert.equal(settings.isLanguageDisabled(s, 'markdown'), true);
+  assert.equal(settings.isLanguageDisabled(s, 'python'), false);
+});
+
+test('server command: configured, else PATH, else a .venv next to the code', () => {
+  const root = fs.mkdtempSync(path.join(os.tmpdir(), 'qd-resolve-'));
+  const ws = path.join(root, 'ws');
+  const bin = path.join(root, 'bin');
+  fs.mkdirSync(path.join(ws, '.venv', 'bin'), { recursive: true });
+  fs.mkdirSync(bin);
+  const venvExe = path.join(ws, '.venv', 'bin', 'quickdraft');
+  fs.writeFileSync(venvExe, '#!/bin/sh\n', { mode: 0o755 });
+  assert.equal(settings.resolveServerCommand('/opt/qd', [ws], '/nowhere', bin), '/opt/qd');
+  assert.equal(settings.resolveServerCommand('${workspaceFolder}/x', [ws], '/nowhere', bin), `${ws}/x`);
+  assert.equal(settings.resolveServerCommand('', [ws], '/nowhere', bin), venvExe);
+  const pathExe = path.join(bin, 'quickdraft');
+  fs.writeFileSync(pathExe, '#!/bin/sh\n', { mode: 0o755 });
+  assert.equal(settings.resolveServerCommand('', [ws], '/nowhere', bin), pathExe);
+  // The checkout the extension lives in: editor-clients/vscode -> ../../.venv
+  const ext = path.join(root, 'repo', 'editor-clients', 'vscode');
+  fs.mkdirSync(path.join(root, 'repo', '.venv', 'bin'), { recursive: true });
+  fs.writeFileSync(path.join(root, 'repo', '.venv', 'bin', 'quickdraft'), '#!/bin/sh\n', { mode: 0o755 });
+  assert.equal(settings.resolveServerCommand('', [], ext, '/nonexistent'), path.join(root, 'repo', '.venv', 'bin', 'quickdraft'));
+  assert.equal(settings.resolveServerCommand('', [], '/nowhere', '/nonexistent'), 'quickdraft');
+  fs.rmSync(root, { recursive: true, force: true });
+});
+
+test('status bar text follows the server status', () => {
+  assert.match(stats.statusText({ state: 'loading' }, true).text, /loading models/);
+  assert.match(stats.statusText({ state: 'busy', draftAcceptance: 0.5 }, true).text, /spin.*50%/);
+  assert.equal(stats.statusText({ state: 'ready', draftAcceptance: 0.734 }, true).text, '$(sparkle) quickdraft 73%');
+  assert.equal(stats.statusText({ state: 'ready', draftAcceptance: null }, true).text, '$(sparkle) quickdraft');
+  assert.equal(stats.statusText({ state: 'error', message: 'boom' }, true).error, true);
+  assert.match(stats.statusText({ state: 'ready' }, false).text, /circle-slash/);
+});
+
+test('stats are summarised for people', () => {
+  const s = { requests: 12, draftAcceptance: 0.71, tau: 3.2, latencyMs: { p50: 84, p90: 150, p99: 200 }, userAcceptance: 0.4,
+    drafter: 'hybrid', drafters: { lookup: { acceptance: 0.8 } } };
+  assert.equal(stats.statsSummary(s), '12 requests · draft acceptance 71% · τ 3.20 tokens/step · latency p50 84 ms, p90 150 ms · accepted by you 40%');
+  assert.match(stats.statsReport(s), /drafter lookup: \{"acceptance":0.8\}/);
+  assert.match(stats.statsSummary({}), /0 requests · draft acceptance –/);
+});
+
+test('debouncer lets only the newest call through', async () => {
+  const d = new Debouncer();
+  const never = { isCancellationRequested: false, onCancellationRequested: () => ({ dispose() {} }) };
+  const results = await Promise.all([d.wait(30, never), d.wait(30, never), d.wait(30, never)]);
+  assert.deepEqual(results, [false, false, true]);
+  let fire;
+  const cancelled = { isCancellationRequested: false, onCancellationRequested: (l) => { fire = l; return { dispose() {} }; } };
+  const started = Date.now();
+  const p = d.wait(10000, cancelled);
+  cancelled.isCancellationRequested = true;
+  fire();
+  assert.equal(await p, false);
+  assert.ok(Date.now() - started < 1000, 'a cancelled wait ends at once');
+});
