@@ -72,8 +72,8 @@ def stop_strings_for(suffix: str, multiline: bool) -> list[str]:
     stops: list[str] = []
     if not multiline:
         stops.append("\n")
-        rest = line_after.strip()
-        if len(rest) >= 4 and not only_closers(rest):
+        rest = line_after.rstrip()  # leading blanks kept: "a if c| else b" stops at " else b"
+        if len(rest.strip()) >= 4 and not only_closers(rest):
             stops.append(rest)
         return stops
     below = lines_below(suffix)
@@ -310,12 +310,13 @@ def postprocess(
     if not line_after.strip():
         text = text.rstrip()
     elif multiline:
-        # The rest of the line moves below the completion: keep the final newline and
-        # the indentation the model chose for it, drop only trailing blank lines.
+        # The rest of the line moves below the completion: keep a final newline and the
+        # indentation the model chose for it; trailing blank lines go (cut after the
+        # first newline, so the answer stays a prefix of the completion).
         body = text.rstrip(" \t\n")
         tail = text[len(body) :]
-        if "\n" in tail:
-            text = body + "\n" + tail.rsplit("\n", 1)[1]
+        if tail.count("\n") > 1:
+            text = body + tail[: tail.index("\n") + 1]
     text = drop_whitespace_only(text)
     if not text:
         return empty

@@ -144,7 +144,9 @@ def _keep_tail(enc: _Encoder, text: str, budget: int) -> tuple[str, bool]:
             break
         window *= 2  # very token-dense text (long runs of spaces): widen and count again
     if len(spans) > budget:
-        cut = spans[len(spans) - budget][0]
+        # End of the last token left out (not the start of the first kept one): a
+        # character split over several byte tokens then goes out whole.
+        cut = spans[len(spans) - budget - 1][1]
         at_line_start = piece[cut - 1] == "\n" if cut > 0 else (start == 0 or text[start - 1] == "\n")
     elif start > 0:
         cut = 0  # everything in the window fits; the window start is the cut
@@ -172,7 +174,7 @@ def _keep_head(enc: _Encoder, text: str, budget: int) -> tuple[str, bool]:
             break
         window *= 2
     if len(spans) > budget:
-        end = spans[budget - 1][1]
+        end = spans[budget][0]  # start of the first token left out (see _keep_tail)
     elif len(piece) < len(text):
         end = len(piece)
     else:

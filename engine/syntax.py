@@ -194,7 +194,9 @@ def line_opens_block(line: str, language: str | None) -> bool:
     if code.endswith("{"):
         return True
     if language in INDENT_LANGUAGES or language is None:
-        return bool(_PY_HEADER.match(code))
+        # `def f(x:` is an annotation inside open brackets, not a header.
+        balanced = all(code.count(o) == code.count(c) for o, c in ("()", "[]", "{}"))
+        return balanced and bool(_PY_HEADER.match(code))
     return False
 
 

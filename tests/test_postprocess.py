@@ -28,6 +28,7 @@ STOP_TABLE = [
     (")\n", False, ["\n"]),  # closers only: nothing distinctive
     (", b)\nfoo()", False, ["\n", ", b)"]),
     ("ab)", False, ["\n"]),  # too short to be distinctive
+    (" else y\n", False, ["\n", " else y"]),  # leading blank kept: the completion ends before it
     ("\n    return x\n", True, ["\n    return x\n"]),
     ("\n\n}", True, ["\n}"]),  # last line of the document: no trailing newline required
     ("", True, []),

@@ -50,6 +50,8 @@ MULTILINE_TABLE = [
     ("def f(a, ", "b):", "python", False),  # text after the cursor
     ("x = {'a':", "}", "python", False),  # a dict colon is no block
     ("f = lambda x:", "", "python", False),
+    ("def f(x:", ")", "python", False),  # an annotation
+    ("def f(x:", ")", None, False),
     ("if x:  # why", "", "python", False),  # end of a comment: finish the comment
     ("x = 1", "", "python", False),
     ("pri", "nt(x)", "python", False),  # inside a word
