@@ -264,7 +264,7 @@ def _last_token_opens_block(win: _Window, language: str) -> bool | None:
         return None
     if node.type == ":" and language in INDENT_LANGUAGES:
         # The colon of a compound statement, not of a dict, slice, annotation or lambda.
-        return parent.type.endswith(("_statement", "_definition", "_clause")) or parent.type in {"else_clause", "case_clause"}
+        return parent.type.endswith(("_statement", "_definition", "_clause"))
     if node.type == "{":
         return True
     return False
