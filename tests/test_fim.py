@@ -114,7 +114,8 @@ def test_line_comment(path, comment):
 
 
 def _real_qwen_dir() -> str | None:
-    d = os.path.expanduser("~/.cache/quickdraft/models/qwen2.5-coder-0.5b")
+    home = os.environ.get("QUICKDRAFT_HOME") or os.path.expanduser("~/.cache/quickdraft")
+    d = os.path.join(home, "models", "qwen2.5-coder-0.5b")
     return d if os.path.isdir(d) else None
 
 
