@@ -43,8 +43,7 @@ class KVCache:
         """Append `new_tokens`; return logits (float32) for the last `logits_for` of them (default all)."""
         keep = len(new_tokens) if logits_for is None else logits_for
         input_ids = torch.tensor([new_tokens], dtype=torch.long, device=self.device)
-        output = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
-        self.cache = output.past_key_values
+        output = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=keep)
         self.tokens.extend(new_tokens)
         return output.logits[0].float()
 

@@ -85,7 +85,10 @@ def build_tokenizer(vocab_size: int = 384):
     )
 
 
-def build_model(vocab_size: int, *, seed: int, hidden_size: int = 64, layers: int = 2, eos_token_id: int = 0):
+def build_model(
+    vocab_size: int, *, seed: int, hidden_size: int = 64, layers: int = 2, eos_token_id: int = 0,
+    initializer_range: float = 0.5,
+):
     """A float32 Qwen2 causal LM with random weights drawn from `seed`."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -100,7 +103,7 @@ def build_model(vocab_size: int, *, seed: int, hidden_size: int = 64, layers: in
         max_position_embeddings=4096,
         # A wider init than the default 0.02 gives peaked logits, so argmax ties are rare
         # and greedy exactness tests compare real decisions, not float noise.
-        initializer_range=0.5,
+        initializer_range=initializer_range,
         eos_token_id=eos_token_id,
         bos_token_id=eos_token_id,
         tie_word_embeddings=False,

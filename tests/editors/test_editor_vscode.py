@@ -1,0 +1,65 @@
+"""VS Code client: the `node --test` tier and the code-server end-to-end test, run from pytest.
+
+Both drive the real `quickdraft serve` on a tiny random model:
+- fast tier: our extension bundle with the real vscode-languageclient 10.1 and a stand-in
+  `vscode` module (editor-clients/vscode/test/);
+- e2e: code-server 4.100 (VS Code 1.100) with the packaged .vsix, driven through chromium
+  (editor-clients/vscode/e2e/e2e.mjs); leaves test-output/vscode-ghost-text.png.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from editors_support import TEST_OUTPUT, VSCODE_DIR, require_file
+
+pytestmark = [pytest.mark.editor]
+
+
+def run_node(node_bin, args, *, env_extra, timeout):
+    env = {**os.environ, **env_extra}
+    started = time.monotonic()
+    proc = subprocess.run([node_bin, *args], cwd=VSCODE_DIR, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    elapsed = time.monotonic() - started
+    output = proc.stdout + proc.stderr
+    print(output)
+    print(f"[{' '.join(args)}: {elapsed:.1f}s]")
+    return proc.returncode, output
+
+
+@pytest.mark.timeout(600)
+def test_vscode_fast_tier(node_bin, quickdraft_bin, editor_model_dir):
+    require_file(VSCODE_DIR / "node_modules" / "vscode-languageclient", "vscode-languageclient")
+    require_file(VSCODE_DIR / "out" / "extension.js", "the extension bundle")
+    tests = sorted(str(p.relative_to(VSCODE_DIR)) for p in (VSCODE_DIR / "test").glob("*.test.cjs"))
+    assert tests, "no node tests found"
+    rc, output = run_node(node_bin, ["--test", "--test-concurrency=1", *tests], timeout=540, env_extra={
+        "QUICKDRAFT_BIN": str(quickdraft_bin),
+        "QUICKDRAFT_TINY_MODEL": str(editor_model_dir),
+    })
+    assert rc == 0, "node --test failed (output above)"
+    assert "# fail 0" in output
+    assert "# pass 0" not in output
+
+
+@pytest.mark.timeout(600)
+def test_vscode_e2e_code_server(node_bin, quickdraft_bin, editor_model_dir):
+    require_file(VSCODE_DIR / "quickdraft.vsix", "the packaged extension")
+    require_file(VSCODE_DIR / "e2e" / "node_modules" / "code-server" / "out" / "node" / "entry.js", "code-server")
+    TEST_OUTPUT.mkdir(exist_ok=True)
+    shot = TEST_OUTPUT / "vscode-ghost-text.png"
+    if shot.exists():
+        shot.unlink()
+    rc, output = run_node(node_bin, ["e2e/e2e.mjs"], timeout=540, env_extra={
+        "QUICKDRAFT_BIN": str(quickdraft_bin),
+        "QUICKDRAFT_TINY_MODEL": str(editor_model_dir),
+        "QD_E2E_OUT": str(TEST_OUTPUT),
+    })
+    assert rc == 0, "the code-server end-to-end test failed (output above)"
+    assert "PASS" in output
+    assert shot.exists() and shot.stat().st_size > 10_000, "the ghost-text screenshot was saved"
