@@ -1,0 +1,193 @@
+"""The engine's front door: a completion request in, a post-processed completion out.
+
+`CompletionEngine` owns the loaded models and one speculative decoder whose KV caches
+live across requests, so consecutive requests on the same document reuse their common
+prefix. It is not thread-safe: callers (the LSP scheduler) run it on a single worker.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from engine.decoder import GenerationConfig, GenerationResult, SpeculativeDecoder
+from engine.drafters import DRAFTER_MODES, make_drafter
+from engine.errors import PromptError
+from engine.fim import FimTemplate, detect_fim_template
+from engine.models import LoadedModel, check_pair, load_model
+from engine.postprocess import postprocess, stop_strings_for
+from engine.prompt import ContextBudget, build_prompt
+from engine.stats import DecodeStats
+from engine.syntax import decide_multiline, language_from
+from engine.verify import SamplingParams
+
+
+@dataclass
+class CompletionRequest:
+    prefix: str  # document text before the cursor
+    suffix: str = ""  # document text after the cursor
+    path: str | None = None
+    language: str | None = None  # LSP languageId, or None to guess from the path
+    other_documents: Sequence[tuple[str, str]] = ()  # (path, text) of other open documents
+    max_new_tokens: int = 64
+    multiline: bool | None = None  # None: decided from the syntax at the cursor
+    budget_ms: float | None = None  # answer with the verified text so far after this long
+    temperature: float = 0.0
+    seed: int | None = None
+
+
+@dataclass
+class CompletionResult:
+    text: str  # what the editor inserts at the cursor
+    replace_after: int  # characters after the cursor, on its line, that `text` replaces
+    raw_text: str  # the verifier's output before post-processing
+    token_ids: list[int]
+    stop_reason: str
+    multiline: bool
+    prompt_tokens: int
+    stats: DecodeStats = field(default_factory=DecodeStats)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["stats"] = self.stats.to_dict()
+        return data
+
+
+class CompletionEngine:
+    def __init__(
+        self,
+        verifier: LoadedModel,
+        draft: LoadedModel | None = None,
+        *,
+        drafter: str = "hybrid",
+        max_draft_tokens: int = 8,
+        context_budget: ContextBudget | None = None,
+    ) -> None:
+        self.verifier = verifier
+        self.draft = draft
+        self.tokenizer = verifier.tokenizer
+        self.max_draft_tokens = max_draft_tokens
+        self.context_budget = context_budget or ContextBudget()
+        self.decoder = SpeculativeDecoder(verifier.model, None, self.tokenizer)
+        self.drafter_mode = ""
+        self.set_drafter(drafter)
+        self._template: FimTemplate | None = None
+
+    @classmethod
+    def load(
+        cls,
+        verifier: str | None = None,
+        draft: str | None = None,
+        *,
+        drafter: str = "hybrid",
+        dtype: str | None = None,
+        device: str | None = None,
+        max_draft_tokens: int = 8,
+    ) -> "CompletionEngine":
+        """Load models by spec (preset name, directory, .gguf; None → the default pair).
+
+        `draft="none"` (or drafter "lookup"/"none") loads no draft model.
+        """
+        loaded_verifier = load_model(verifier, dtype=dtype, device=device, role="verifier")
+        loaded_draft = None
+        if draft != "none" and drafter in ("draft", "hybrid"):
+            loaded_draft = load_model(draft, dtype=dtype, device=device, role="draft")
+            check_pair(loaded_verifier, loaded_draft)
+        return cls(loaded_verifier, loaded_draft, drafter=drafter, max_draft_tokens=max_draft_tokens)
+
+    def set_drafter(self, mode: str) -> None:
+        """Switch drafting mode; 'draft'/'hybrid' fall back to 'lookup' without a draft model."""
+        if mode not in DRAFTER_MODES:
+            raise PromptError(f"unknown drafter {mode!r}; choose one of {', '.join(DRAFTER_MODES)}")
+        if mode in ("draft", "hybrid") and self.draft is None:
+            mode = "lookup"
+        if mode != self.drafter_mode:
+            draft_model = self.draft.model if self.draft is not None else None
+            self.decoder.drafter = make_drafter(mode, draft_model, max_draft_tokens=self.max_draft_tokens)
+            self.drafter_mode = mode
+
+    @property
+    def template(self) -> FimTemplate:
+        if self._template is None:
+            self._template = detect_fim_template(self.tokenizer)
+        return self._template
+
+    def stop_token_ids(self, extra: Sequence[str] = ()) -> list[int]:
+        ids = set()
+        eos = self.verifier.model.generation_config.eos_token_id
+        ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        for token in extra:
+            token_id = self.tokenizer.convert_tokens_to_ids(token)
+            if isinstance(token_id, int) and token_id != self.tokenizer.unk_token_id:
+                ids.add(token_id)
+        return sorted(ids)
+
+    def generate(
+        self,
+        prompt: str,
+        *,
+        max_new_tokens: int = 64,
+        sampling: SamplingParams | None = None,
+        seed: int | None = None,
+        stop_strings: Sequence[str] = (),
+        deadline: float | None = None,
+        cancel: threading.Event | None = None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> GenerationResult:
+        """Continue a plain text prompt (no fill-in-the-middle)."""
+        if not prompt:
+            raise PromptError("the prompt is empty: give some text to continue")
+        prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        config = GenerationConfig(
+            max_new_tokens=max_new_tokens, sampling=sampling or SamplingParams(), seed=seed,
+            max_draft_tokens=self.max_draft_tokens, eos_token_ids=self.stop_token_ids(),
+            stop_strings=stop_strings, deadline=deadline,
+        )
+        return self._run(prompt_ids, config, (), cancel, on_text)
+
+    def complete(
+        self,
+        request: CompletionRequest,
+        *,
+        cancel: threading.Event | None = None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> CompletionResult:
+        """Fill in the middle at the cursor, post-processed for display."""
+        started = time.monotonic()
+        language = language_from(request.language, request.path)
+        multiline = request.multiline
+        if multiline is None:
+            multiline = decide_multiline(request.prefix, request.suffix, language)
+        parts = build_prompt(
+            self.tokenizer, self.template, request.prefix, request.suffix, path=request.path,
+            other_documents=request.other_documents, budget=self.context_budget,
+        )
+        deadline = started + request.budget_ms / 1000 if request.budget_ms else None
+        config = GenerationConfig(
+            max_new_tokens=request.max_new_tokens,
+            sampling=SamplingParams(temperature=request.temperature),
+            seed=request.seed,
+            max_draft_tokens=self.max_draft_tokens,
+            eos_token_ids=self.stop_token_ids(self.template.stop_tokens),
+            stop_strings=stop_strings_for(parts.suffix, multiline),
+            deadline=deadline,
+        )
+        # The suffix and the other documents are where re-typed code is most likely copied from.
+        result = self._run(parts.token_ids, config, parts.token_streams, cancel, on_text)
+        shown = postprocess(result.text, prefix=request.prefix, suffix=request.suffix,
+                            language=language, multiline=multiline)
+        return CompletionResult(
+            text=shown.text, replace_after=shown.replace_after, raw_text=result.text,
+            token_ids=result.token_ids, stop_reason=result.stop_reason, multiline=multiline,
+            prompt_tokens=len(parts.token_ids), stats=result.stats,
+        )
+
+    @torch.inference_mode()
+    def _run(self, prompt_ids, config, streams, cancel, on_text) -> GenerationResult:
+        return self.decoder.generate(prompt_ids, config, context_streams=streams, cancel=cancel, on_text=on_text)
