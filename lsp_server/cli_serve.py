@@ -1,5 +1,50 @@
-"""Placeholder: registers no subcommand yet."""
+"""`quickdraft serve`: the Language Server over stdio (default) or loopback TCP."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from dataclasses import replace
+
+from lsp_server.cli_decode import DRAFTERS
 
 
 def add_parsers(sub) -> None:
-    return None
+    serve = sub.add_parser("serve", help="run the Language Server (stdio, or --tcp)")
+    # No defaults here: unset flags keep the machine's defaults (see settings.machine_defaults).
+    serve.add_argument("--verifier", help="preset name, model directory or .gguf file")
+    serve.add_argument("--draft", help="draft model (preset, directory, .gguf) or 'none'")
+    serve.add_argument("--drafter", choices=DRAFTERS)
+    serve.add_argument("--max-new-tokens", type=int)
+    serve.add_argument("--budget-ms", type=float, help="latency budget per completion (default 200)")
+    serve.add_argument("--dtype", help="bfloat16 | float16 | float32")
+    serve.add_argument("--device", help="cpu | cuda | cuda:N")
+    serve.add_argument("--tcp", action="store_true", help="listen on TCP instead of stdio")
+    serve.add_argument("--host", default="127.0.0.1", help="TCP address (default 127.0.0.1: this machine only)")
+    serve.add_argument("--port", type=int, default=2087)
+    serve.add_argument("--log-file", help="write logs here instead of stderr")
+    serve.set_defaults(handler=run_serve)
+
+
+def settings_from_args(args: argparse.Namespace):
+    from lsp_server.settings import machine_defaults
+
+    settings = machine_defaults()
+    flags = {"verifier": args.verifier, "draft": args.draft, "drafter": args.drafter, "dtype": args.dtype,
+             "device": args.device, "max_new_tokens": args.max_new_tokens, "budget_ms": args.budget_ms}
+    return replace(settings, **{k: v for k, v in flags.items() if v is not None})
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from lsp_server.server import create_server
+
+    if args.log_file:
+        handler = logging.FileHandler(args.log_file)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logging.getLogger().handlers[:] = [handler]
+    server = create_server(settings_from_args(args))
+    if args.tcp:
+        server.start_tcp(args.host, args.port)
+    else:
+        server.start_io()
+    return 0

@@ -1,0 +1,90 @@
+"""From an LSP document and cursor to the engine's CompletionRequest.
+
+All position arithmetic happens here, in the client's negotiated encoding (UTF-16 by
+default), through pygls's position codec; the engine only ever sees Python strings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import unquote, urlparse
+
+from lsprotocol import types
+
+from engine.completion import CompletionRequest
+from lsp_server.settings import Settings
+
+MAX_OTHER_DOCUMENTS = 8
+MAX_OTHER_DOCUMENT_CHARS = 200_000  # larger open files are not worth a prompt slot
+BINARY_PROBE_CHARS = 16_384
+
+
+@dataclass
+class Cursor:
+    uri: str
+    version: int | None
+    language_id: str | None
+    offset: int  # code points into the document text
+    prefix: str
+    suffix: str
+    position: types.Position  # as the client sent it, clamped into the document
+
+
+def path_of(uri: str) -> str:
+    parsed = urlparse(uri)
+    return unquote(parsed.path) if parsed.scheme in ("file", "") else uri
+
+
+def locate(document, position: types.Position) -> Cursor | None:
+    """The cursor in `document`, or None when the position is not in it.
+
+    A character past the end of its line means the end of that line (as LSP says);
+    a line past the end of the document gets nothing.
+    """
+    lines = document.lines
+    if position.line < 0 or position.character < 0:
+        return None
+    if position.line >= len(lines):
+        if position.line == len(lines) and position.character == 0:  # the empty last line
+            text = document.source
+            return Cursor(document.uri, document.version, document.language_id, len(text), text, "", position)
+        return None
+    line_text = lines[position.line].rstrip("\r\n")
+    line_units = document.position_codec.client_num_units(line_text)
+    position = types.Position(line=position.line, character=min(position.character, line_units))
+    offset = document.offset_at_position(position)
+    text = document.source
+    return Cursor(document.uri, document.version, document.language_id, offset, text[:offset], text[offset:], position)
+
+
+def looks_binary(cursor: Cursor) -> bool:
+    near = cursor.prefix[-BINARY_PROBE_CHARS:] + cursor.suffix[:BINARY_PROBE_CHARS]
+    return "\x00" in near
+
+
+def other_documents(workspace, current_uri: str) -> list[tuple[str, str]]:
+    """Other open text documents worth showing the model, small ones first."""
+    documents = []
+    for uri, document in list(workspace.text_documents.items()):
+        if uri == current_uri:
+            continue
+        text = document.source
+        if not text.strip() or len(text) > MAX_OTHER_DOCUMENT_CHARS or "\x00" in text[:BINARY_PROBE_CHARS]:
+            continue
+        documents.append((path_of(uri), text))
+    documents.sort(key=lambda item: len(item[1]))
+    return documents[:MAX_OTHER_DOCUMENTS]
+
+
+def build_request(cursor: Cursor, settings: Settings, workspace) -> CompletionRequest:
+    multiline = {"auto": None, "always": True, "never": False}[settings.multiline]
+    return CompletionRequest(
+        prefix=cursor.prefix,
+        suffix=cursor.suffix,
+        path=path_of(cursor.uri),
+        language=cursor.language_id,
+        other_documents=other_documents(workspace, cursor.uri),
+        max_new_tokens=settings.max_new_tokens,
+        multiline=multiline,
+        budget_ms=settings.budget_ms,
+    )

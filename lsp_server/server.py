@@ -1,0 +1,82 @@
+"""The pygls Language Server: capabilities and handlers, each a few lines calling the service."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+
+from lsp_server.service import ACCEPT_COMMAND, CompletionService
+from lsp_server.settings import Settings, apply_client_settings
+
+log = logging.getLogger(__name__)
+
+VERSION = "0.1.0"
+
+
+def _plain(value: Any) -> Any:
+    """Custom notifications arrive as attrs objects or dicts; give handlers plain dicts."""
+    if value is None or isinstance(value, (str, int, float, bool, list, dict)):
+        return value
+    return {k: getattr(value, k) for k in dir(value) if not k.startswith("_") and not callable(getattr(value, k))}
+
+
+def create_server(settings: Settings) -> LanguageServer:
+    server = LanguageServer("quickdraft", VERSION, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+
+    def log_message(message: str, kind: types.MessageType) -> None:
+        server.window_log_message(types.LogMessageParams(type=kind, message=message))
+
+    service = CompletionService(settings, server.protocol.notify, log_message)
+    server.service = service  # for tests and debugging
+
+    @server.feature(types.INITIALIZE)
+    def initialize(ls: LanguageServer, params: types.InitializeParams) -> None:
+        service.settings = apply_client_settings(service.settings, params.initialization_options)
+
+    @server.feature(types.INITIALIZED)
+    def initialized(ls: LanguageServer, params: types.InitializedParams) -> None:
+        service.start_loading()
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    def did_change_configuration(ls: LanguageServer, params: types.DidChangeConfigurationParams) -> None:
+        service.configure(params.settings)
+
+    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+    async def inline_completion(ls: LanguageServer, params: types.InlineCompletionParams):
+        return await service.complete(ls.workspace, params)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: LanguageServer, params: types.DidCloseTextDocumentParams) -> None:
+        service.shown.pop(params.text_document.uri, None)
+
+    @server.command(ACCEPT_COMMAND)
+    def accepted(ls: LanguageServer, *args) -> None:
+        for arg in args:
+            item_id = (_plain(arg) or {}).get("id") if not isinstance(arg, str) else arg
+            if item_id:
+                service.telemetry.did_accept(str(item_id))
+
+    @server.feature("quickdraft/didShowCompletion")
+    def did_show(ls: LanguageServer, params) -> None:
+        item_id = (_plain(params) or {}).get("id")
+        if item_id:
+            service.telemetry.did_show(str(item_id))
+
+    @server.feature("quickdraft/didPartiallyAcceptCompletion")
+    def did_partially_accept(ls: LanguageServer, params) -> None:
+        data = _plain(params) or {}
+        if data.get("id"):
+            service.telemetry.did_partially_accept(str(data["id"]), int(data.get("acceptedLength") or 0))
+
+    @server.feature("quickdraft/stats")
+    def stats(ls: LanguageServer, params) -> dict:
+        return service.stats()
+
+    @server.feature(types.SHUTDOWN)
+    def shutdown(ls: LanguageServer, params) -> None:
+        service.shutdown()
+
+    return server

@@ -1,0 +1,230 @@
+"""The completion service behind the LSP handlers: plain code, testable without a server.
+
+It owns the engine (loaded in the background on the single worker), the settings,
+the scheduler, telemetry and the type-through cache, and turns an inline-completion
+request into LSP items. The engine is only ever touched from the worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from lsprotocol import types
+
+from engine.errors import QuickdraftError
+from lsp_server.context import Cursor, build_request, locate, looks_binary
+from lsp_server.scheduler import Scheduler, Superseded
+from lsp_server.settings import Settings, apply_client_settings
+from lsp_server.telemetry import RequestRecord, Telemetry
+
+log = logging.getLogger(__name__)
+
+ACCEPT_COMMAND = "quickdraft.accepted"
+EMPTY = types.InlineCompletionList(items=[])
+
+
+@dataclass
+class Shown:
+    """The last completion answered for a document: typing through it needs no model."""
+
+    prefix: str
+    suffix: str
+    text: str
+    replace_after: int
+
+
+class CompletionService:
+    def __init__(self, settings: Settings, notify: Callable[[str, dict], None], log_message: Callable[[str, int], None]):
+        self.settings = settings
+        self.notify = notify  # custom notifications to the client
+        self.log_message = log_message  # window/logMessage
+        self.scheduler = Scheduler()
+        self.telemetry = Telemetry()
+        self.engine = None
+        self.engine_key: tuple | None = None
+        self.state = "starting"  # starting | loading | ready | error
+        self.error = ""
+        self.shown: dict[str, Shown] = {}
+        self._ids = itertools.count(1)
+        self._load_task: asyncio.Task | None = None
+
+    # -- models ---------------------------------------------------------------------
+    def status(self, state: str, message: str) -> None:
+        self.state = state
+        rate = self.telemetry.snapshot(self.drafter_mode)["draftAcceptance"]
+        self.notify("quickdraft/status", {"state": state, "message": message, "draftAcceptance": rate})
+
+    @property
+    def drafter_mode(self) -> str:
+        return self.engine.drafter_mode if self.engine is not None else self.settings.drafter
+
+    def start_loading(self) -> None:
+        """Load (or reload) models on the worker; the editor is never blocked meanwhile."""
+        self._load_task = asyncio.ensure_future(self.load_models())
+
+    async def load_models(self) -> None:
+        settings = self.settings
+        if self.engine is not None and self.engine_key == settings.model_key():
+            await self.scheduler.call(lambda: self.engine.set_drafter(settings.drafter))
+            return
+        self.scheduler.cancel_all()
+        self.status("loading", f"loading models (verifier {settings.verifier or 'default'}, "
+                               f"draft {settings.draft or 'default'}, drafter {settings.drafter})")
+
+        def load():
+            from engine.completion import CompletionEngine
+            from engine.prompt import ContextBudget
+
+            self.engine = None  # free the old models before loading new ones
+            engine = CompletionEngine.load(settings.verifier, settings.draft, drafter=settings.drafter,
+                                           dtype=settings.dtype, device=settings.device)
+            engine.context_budget = ContextBudget(settings.prefix_tokens, settings.suffix_tokens,
+                                                  settings.other_documents_tokens)
+            return engine
+
+        try:
+            self.engine = await self.scheduler.call(load)
+            self.engine_key = settings.model_key()
+            self.shown.clear()
+            verifier = self.engine.verifier
+            self.status("ready", f"ready: {verifier.name} ({verifier.dtype}, {verifier.device}), "
+                                 f"drafter {self.engine.drafter_mode}")
+        except QuickdraftError as error:
+            self.error = str(error)
+            self.log_message(f"quickdraft: {error}", types.MessageType.Error)
+            self.status("error", str(error))
+        except Exception as error:  # a model that fails to load must not take the server down
+            log.exception("model loading failed")
+            self.error = f"{type(error).__name__}: {error}"
+            self.status("error", f"could not load models: {self.error}")
+
+    def configure(self, options) -> None:
+        previous = self.settings
+        self.settings = apply_client_settings(self.settings, options)
+        if self.settings.model_key() != previous.model_key() or self.settings.drafter != previous.drafter:
+            self.start_loading()
+        elif self.engine is not None and previous != self.settings:
+            from engine.prompt import ContextBudget
+
+            self.engine.context_budget = ContextBudget(self.settings.prefix_tokens, self.settings.suffix_tokens,
+                                                       self.settings.other_documents_tokens)
+
+    # -- completions ----------------------------------------------------------------
+    async def complete(self, workspace, params: types.InlineCompletionParams) -> types.InlineCompletionList:
+        started = time.monotonic()
+        uri = params.text_document.uri
+        if self.state != "ready" or uri not in workspace.text_documents:
+            return EMPTY
+        document = workspace.get_text_document(uri)
+        if not self.settings.language_enabled(document.language_id):
+            return EMPTY
+        cursor = locate(document, params.position)
+        if cursor is None or looks_binary(cursor):
+            self.telemetry.count("empty")
+            return EMPTY
+
+        typed_through = self.type_through(cursor)
+        if typed_through is not None:
+            self.record(started, cursor, "typethrough", text=typed_through.text)
+            return self.items(document, cursor, typed_through.text, typed_through.replace_after)
+
+        request = build_request(cursor, self.settings, workspace)
+        version = cursor.version
+        engine = self.engine
+
+        def is_stale() -> bool:
+            current = workspace.text_documents.get(uri)
+            return current is None or current.version != version
+
+        try:
+            result = await self.scheduler.run(uri, lambda cancel: engine.complete(request, cancel=cancel),
+                                              is_stale=is_stale)
+        except Superseded:
+            self.telemetry.count("superseded")
+            return EMPTY
+        except asyncio.CancelledError:
+            self.telemetry.count("cancelled")
+            raise
+        except QuickdraftError as error:
+            self.telemetry.count("errors")
+            self.log_message(f"quickdraft: {error}", types.MessageType.Warning)
+            return EMPTY
+        except Exception:
+            self.telemetry.count("errors")
+            log.exception("completion failed")
+            return EMPTY
+        self.record(started, cursor, "model", result=result)
+        self.maybe_retune()
+        if result.stop_reason == "cancelled" or is_stale():
+            self.telemetry.count("stale")
+            return EMPTY
+        self.shown[uri] = Shown(cursor.prefix, cursor.suffix, result.text, result.replace_after)
+        return self.items(document, cursor, result.text, result.replace_after)
+
+    def type_through(self, cursor: Cursor) -> Shown | None:
+        """When the user typed the start of the completion on screen, the rest is still right."""
+        shown = self.shown.get(cursor.uri)
+        if shown is None or not shown.text or cursor.suffix != shown.suffix:
+            return None
+        if not cursor.prefix.startswith(shown.prefix):
+            return None
+        typed = cursor.prefix[len(shown.prefix):]
+        if not typed or not shown.text.startswith(typed) or len(typed) >= len(shown.text):
+            return None
+        return replace(shown, text=shown.text[len(typed):])
+
+    def items(self, document, cursor: Cursor, text: str, replace_after: int) -> types.InlineCompletionList:
+        if not text:
+            return EMPTY
+        item_id = f"qd-{next(self._ids)}"
+        end = document.client_position_at_offset(cursor.offset + replace_after) if replace_after else cursor.position
+        item = types.InlineCompletionItem(
+            insert_text=text,
+            range=types.Range(start=cursor.position, end=end),
+            command=types.Command(title="quickdraft: accepted", command=ACCEPT_COMMAND, arguments=[{"id": item_id}]),
+        )
+        return types.InlineCompletionList(items=[item])
+
+    def record(self, started: float, cursor: Cursor, source: str, *, result=None, text: str = "") -> None:
+        record = RequestRecord(
+            id=str(cursor.version), uri=cursor.uri, source=source,
+            latency_ms=(time.monotonic() - started) * 1000, budget_ms=self.settings.budget_ms, text_chars=len(text),
+        )
+        if result is not None:
+            stats = result.stats
+            record.stop_reason = result.stop_reason
+            record.prompt_tokens, record.prefill_tokens = stats.prompt_tokens, stats.prefill_tokens
+            record.reused_tokens, record.emitted = stats.reused_tokens, stats.emitted
+            record.verifier_passes, record.drafted, record.accepted = stats.verifier_passes, stats.drafted, stats.accepted
+            record.tau = stats.tau
+            record.drafters = {name: vars(figures).copy() for name, figures in stats.drafters.items()}
+            record.text_chars = len(result.text)
+        self.telemetry.record(record)
+
+    def maybe_retune(self) -> None:
+        if not self.settings.adaptive_drafting or self.engine is None:
+            return
+        decision = self.telemetry.retune(self.engine.drafter_mode)
+        if decision is None:
+            return
+        mode, reason = decision
+        engine = self.engine
+        asyncio.ensure_future(self.scheduler.call(lambda: engine.set_drafter(mode)))
+        self.log_message(f"quickdraft: {reason}", types.MessageType.Info)
+        self.notify("quickdraft/status", {"state": "ready", "message": reason, "draftAcceptance":
+                                          self.telemetry.window_acceptance("draft")[0]})
+
+    def stats(self) -> dict:
+        snapshot = self.telemetry.snapshot(self.drafter_mode)
+        snapshot["state"] = self.state
+        if self.error:
+            snapshot["error"] = self.error
+        return snapshot
+
+    def shutdown(self) -> None:
+        self.scheduler.shutdown()

@@ -1,0 +1,139 @@
+"""What the server measures: per-request figures, user acceptance, and the drafter retune rule.
+
+Two acceptance rates matter and are kept apart: *draft acceptance* (drafted tokens the
+verifier kept — whether speculation pays) and *user acceptance* (shown completions the
+user took — whether the completions are any good).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+
+log = logging.getLogger(__name__)
+
+WINDOW = 32  # requests in the rolling window
+RETUNE_MIN_DRAFTED = 64  # judge a drafter only on enough drafted tokens
+RETUNE_THRESHOLD = 0.5  # below this a draft is not paying for itself
+
+
+@dataclass
+class RequestRecord:
+    id: str
+    uri: str
+    source: str  # model | typethrough | empty
+    latency_ms: float
+    budget_ms: float
+    stop_reason: str = ""
+    prompt_tokens: int = 0
+    prefill_tokens: int = 0
+    reused_tokens: int = 0
+    emitted: int = 0
+    verifier_passes: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    tau: float = 0.0
+    drafters: dict = field(default_factory=dict)
+    text_chars: int = 0
+
+    @property
+    def within_budget(self) -> bool:
+        return self.latency_ms <= self.budget_ms
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+class Telemetry:
+    def __init__(self) -> None:
+        self.recent: deque[RequestRecord] = deque(maxlen=WINDOW)
+        self.latencies: deque[float] = deque(maxlen=1000)
+        self.counts = {"requests": 0, "model": 0, "typethrough": 0, "empty": 0, "cancelled": 0,
+                       "superseded": 0, "stale": 0, "errors": 0}
+        self.totals = {"drafted": 0, "accepted": 0, "emitted": 0, "verifier_passes": 0}
+        self.per_drafter: dict[str, dict[str, int]] = {}
+        self.shown: set[str] = set()
+        self.accepted_items: set[str] = set()
+        self.partial: dict[str, int] = {}
+        self.started = time.time()
+
+    # -- requests ---------------------------------------------------------------------
+    def count(self, what: str) -> None:
+        self.counts[what] = self.counts.get(what, 0) + 1
+
+    def record(self, record: RequestRecord) -> None:
+        self.counts["requests"] += 1
+        self.count(record.source)
+        if record.stop_reason == "cancelled":
+            self.count("cancelled")
+        self.recent.append(record)
+        self.latencies.append(record.latency_ms)
+        for key in self.totals:
+            self.totals[key] += getattr(record, key)
+        for name, figures in record.drafters.items():
+            total = self.per_drafter.setdefault(name, {"proposals": 0, "drafted": 0, "accepted": 0})
+            for key in total:
+                total[key] += figures.get(key, 0)
+
+    # -- what the user did ------------------------------------------------------------
+    def did_show(self, item_id: str) -> None:
+        self.shown.add(item_id)
+
+    def did_accept(self, item_id: str) -> None:
+        self.shown.add(item_id)
+        self.accepted_items.add(item_id)
+
+    def did_partially_accept(self, item_id: str, length: int) -> None:
+        self.shown.add(item_id)
+        self.partial[item_id] = max(length, self.partial.get(item_id, 0))
+
+    # -- the retune rule --------------------------------------------------------------
+    def window_acceptance(self, drafter: str) -> tuple[float | None, int]:
+        drafted = sum(r.drafters.get(drafter, {}).get("drafted", 0) for r in self.recent)
+        accepted = sum(r.drafters.get(drafter, {}).get("accepted", 0) for r in self.recent)
+        return (accepted / drafted if drafted else None), drafted
+
+    def retune(self, mode: str) -> tuple[str, str] | None:
+        """(new mode, reason) when the draft model's recent acceptance says it is not paying."""
+        if mode not in ("hybrid", "draft"):
+            return None
+        rate, drafted = self.window_acceptance("draft")
+        if rate is None or drafted < RETUNE_MIN_DRAFTED or rate >= RETUNE_THRESHOLD:
+            return None
+        reason = (f"draft-model acceptance {rate:.0%} over the last {len(self.recent)} requests "
+                  f"({drafted} drafted tokens) is under {RETUNE_THRESHOLD:.0%}: switching to prompt-lookup drafting")
+        self.recent.clear()  # judge the new mode on its own requests
+        return "lookup", reason
+
+    # -- the stats request ------------------------------------------------------------
+    def snapshot(self, drafter: str) -> dict:
+        drafted, accepted = self.totals["drafted"], self.totals["accepted"]
+        latencies = list(self.latencies)
+        model_records = [r for r in self.recent if r.source == "model"]
+        shown = len(self.shown)
+        return {
+            "drafter": drafter,
+            "requests": self.counts["requests"],
+            "counts": dict(self.counts),
+            "draftAcceptance": accepted / drafted if drafted else None,
+            "tau": self.totals["emitted"] / self.totals["verifier_passes"] if self.totals["verifier_passes"] else None,
+            "drafters": {name: dict(v, acceptance=v["accepted"] / v["drafted"] if v["drafted"] else None)
+                         for name, v in self.per_drafter.items()},
+            "latencyMs": {"p50": percentile(latencies, 50), "p90": percentile(latencies, 90),
+                          "p99": percentile(latencies, 99)},
+            "withinBudget": (sum(r.within_budget for r in model_records) / len(model_records)
+                             if model_records else None),
+            "shown": shown,
+            "accepted": len(self.accepted_items),
+            "partiallyAccepted": len(self.partial),
+            "userAcceptance": len(self.accepted_items) / shown if shown else None,
+            "recent": [asdict(r) | {"within_budget": r.within_budget} for r in list(self.recent)[-10:]],
+        }
