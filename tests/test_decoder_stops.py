@@ -1,0 +1,136 @@
+"""How decoding ends: cancel flag, deadline, stop strings, EOS, max tokens, bad prompts."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from engine.decoder import GenerationConfig, SpeculativeDecoder
+from engine.drafters import make_drafter
+from engine.errors import PromptError
+
+
+class Hook:
+    """Wraps a drafter and runs `action` when it is asked for its n-th proposal."""
+
+    def __init__(self, inner, at_call: int, action) -> None:
+        self.inner, self.at_call, self.action, self.calls = inner, at_call, action, 0
+        self.name = getattr(inner, "name", "hook")
+
+    def start(self, prompt_ids, context_streams=()):
+        if self.inner is not None:
+            self.inner.start(prompt_ids, context_streams)
+
+    def propose(self, tokens, max_tokens, sampling):
+        self.calls += 1
+        if self.calls == self.at_call:
+            self.action()
+        if self.inner is None:
+            from engine.drafters import Draft
+            return Draft.empty()
+        return self.inner.propose(tokens, max_tokens, sampling)
+
+    def observe(self, draft, accepted):
+        if self.inner is not None:
+            self.inner.observe(draft, accepted)
+
+
+@pytest.fixture(scope="module")
+def text_model(tiny_model_dir):
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval(), AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def test_cancel_stops_after_the_current_verifier_pass(verifier, draft_models):
+    cancel = threading.Event()
+    drafter = Hook(make_drafter("hybrid", draft_models["noisy"]), at_call=3, action=cancel.set)
+    result = SpeculativeDecoder(verifier, drafter).generate(
+        [1, 2, 3, 4], GenerationConfig(max_new_tokens=200), cancel=cancel)
+    assert result.stop_reason == "cancelled"
+    assert result.stats.verifier_passes == 3  # the pass in flight finishes, no further one starts
+    assert len(result.token_ids) < 200
+
+
+def test_cancel_before_start_does_no_verifier_work(verifier):
+    cancel = threading.Event()
+    cancel.set()
+    result = SpeculativeDecoder(verifier, None).generate([1, 2, 3], GenerationConfig(), cancel=cancel)
+    assert result.stop_reason == "cancelled" and result.token_ids == [] and result.stats.verifier_passes == 0
+
+
+def test_deadline_returns_the_verified_prefix(verifier, draft_models):
+    reference = SpeculativeDecoder(verifier, None).generate([5, 6, 7], GenerationConfig(max_new_tokens=100)).token_ids
+    config = GenerationConfig(max_new_tokens=100, deadline=time.monotonic() + 3600)
+    drafter = Hook(make_drafter("draft", draft_models["noisy"]), at_call=4, action=lambda: None)
+    decoder = SpeculativeDecoder(verifier, drafter)
+    # Move the deadline into the past at the 4th pass instead of sleeping 30 s.
+    drafter.action = lambda: setattr(config, "deadline", time.monotonic() - 1)
+    result = decoder.generate([5, 6, 7], config)
+    assert result.stop_reason == "deadline"
+    assert result.stats.verifier_passes == 4
+    assert 4 <= len(result.token_ids) < 100
+    assert result.token_ids == reference[: len(result.token_ids)]  # cut at a verified token
+
+
+def test_deadline_already_passed_gives_nothing(verifier):
+    config = GenerationConfig(max_new_tokens=10, deadline=time.monotonic() - 1)
+    result = SpeculativeDecoder(verifier, None).generate([1, 2], config)
+    assert result.stop_reason == "deadline" and result.token_ids == []
+
+
+def test_stop_string_cuts_the_text_before_it(text_model):
+    model, tokenizer = text_model
+    prompt = tokenizer("def add(a, b):\n    return", add_special_tokens=False)["input_ids"]
+    decoder = SpeculativeDecoder(model, make_drafter("lookup"), tokenizer)
+    full = decoder.generate(prompt, GenerationConfig(max_new_tokens=40))
+    assert full.stop_reason == "max_new_tokens" and len(full.text) > 10
+    stop = full.text[8:11]
+    chunks: list[str] = []
+    cut = decoder.generate(prompt, GenerationConfig(max_new_tokens=40, stop_strings=[stop]), on_text=chunks.append)
+    assert cut.stop_reason == "stop_string"
+    assert cut.text == full.text[: full.text.index(stop)]
+    assert "".join(chunks) == cut.text  # streamed chunks add up to the answer, stop string never shown
+
+
+def test_streamed_chunks_add_up_to_the_text(text_model):
+    model, tokenizer = text_model
+    prompt = tokenizer("class Stack:\n    def push(self, item):\n", add_special_tokens=False)["input_ids"]
+    chunks: list[str] = []
+    result = SpeculativeDecoder(model, make_drafter("lookup"), tokenizer).generate(
+        prompt, GenerationConfig(max_new_tokens=30), on_text=chunks.append)
+    assert "".join(chunks) == result.text and len(chunks) > 1
+
+
+def test_eos_ends_the_output_with_it(verifier):
+    reference = SpeculativeDecoder(verifier, None).generate([9, 8, 7], GenerationConfig(max_new_tokens=20)).token_ids
+    eos = reference[6]
+    first = reference.index(eos)
+    result = SpeculativeDecoder(verifier, make_drafter("draft", verifier)).generate(
+        [9, 8, 7], GenerationConfig(max_new_tokens=20, eos_token_ids=[eos]))
+    assert result.stop_reason == "eos" and result.token_ids == reference[: first + 1]
+
+
+def test_empty_prompt_is_a_clear_error(verifier):
+    with pytest.raises(PromptError, match="empty"):
+        SpeculativeDecoder(verifier, None).generate([], GenerationConfig())
+
+
+def test_overlong_prompt_is_left_truncated(verifier):
+    context = verifier.config.max_position_embeddings
+    prompt = (list(range(1, 60)) * (context // 50))[: context + 100]
+    result = SpeculativeDecoder(verifier, make_drafter("lookup")).generate(prompt, GenerationConfig(max_new_tokens=4))
+    assert result.stats.prompt_truncated
+    assert result.stats.prompt_tokens == len(prompt) and len(result.token_ids) == 4
+
+
+def test_prompt_lookup_index_is_incremental():
+    from engine.drafters import NgramIndex
+
+    index = NgramIndex(1, 3)
+    index.extend([1, 2, 3, 4, 1, 2])
+    assert index.continuation([1, 2], 3) == (2, [3, 4, 1])
+    index.extend([5])  # "1 2" now last followed by 5: the most recent occurrence wins
+    assert index.continuation([9, 1, 2], 3) == (2, [5])
+    assert index.continuation([7, 7], 3) == (0, [])
