@@ -1,5 +1,152 @@
-"""Placeholder: registers no subcommand yet."""
+"""`quickdraft bench engine | session`: the headless benchmarks (see README "Benchmarks").
+
+engine  — decoding speed at equal output: HF generate (greedy, assisted, prompt lookup) vs
+          quickdraft's drafters on the same FIM prompts (engine/bench.py).
+session — what a user feels: a headless LSP client types into `quickdraft serve` and
+          measures every inline completion (lsp_server/bench_session.py).
+Both write JSON with every raw figure plus PNG plots under --out, and print a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from lsp_server.cli_decode import DRAFTERS
+
+log = logging.getLogger(__name__)
 
 
 def add_parsers(sub) -> None:
-    return None
+    bench = sub.add_parser("bench", help="benchmarks: engine (decoding speed) | session (typing through the server)")
+    kinds = bench.add_subparsers(dest="bench", required=True)
+
+    engine = kinds.add_parser("engine", help="decoding speed vs Hugging Face generate, on FIM holes from real files")
+    _common(engine)
+    engine.add_argument("--holes", type=int, help="FIM prompts (default 6; --quick 3)")
+    engine.add_argument("--max-new-tokens", type=int, help="tokens per completion (default 64; --quick 32)")
+    engine.add_argument("--modes", help="comma-separated; default: hf-greedy,hf-assisted,hf-prompt-lookup,"
+                                        "quickdraft-lookup,quickdraft-draft,quickdraft-hybrid (quickdraft-none also exists)")
+    engine.add_argument("--repeats", type=int, default=1, help="runs per prompt and mode; the median time counts")
+    engine.add_argument("--no-warmup", action="store_true", help="skip the warm-up round")
+    engine.add_argument("--prefix-tokens", type=int, help="prompt budget before the cursor (default 1024; --quick 512)")
+    engine.add_argument("--suffix-tokens", type=int, help="prompt budget after the cursor (default 256; --quick 128)")
+    engine.add_argument("--hf-lookup-tokens", type=int, default=10, help="HF prompt_lookup_num_tokens (default 10)")
+    knobs = engine.add_argument_group("quickdraft drafter knobs (default: the shipped settings)")
+    knobs.add_argument("--max-draft-tokens", type=int, default=8)
+    knobs.add_argument("--lookup-min-n", type=int)
+    knobs.add_argument("--lookup-max-n", type=int)
+    knobs.add_argument("--confidence-threshold", type=float, help="draft model stops below this probability")
+    knobs.add_argument("--hybrid-min-match", type=int, help="n-gram length for lookup to preempt the draft model")
+    knobs.add_argument("--draft-initial-length", type=int)
+    engine.set_defaults(handler=run_engine)
+
+    session = kinds.add_parser("session", help="type through real files into `quickdraft serve`, measure every completion")
+    _common(session)
+    session.add_argument("--drafter", action="append", choices=DRAFTERS,
+                         help="server drafter; repeat for one session each (default: the server's default)")
+    session.add_argument("--files", type=int, help="files to type into (default 4; --quick 1)")
+    session.add_argument("--holes-per-file", type=int, help="function bodies per file (default 2; --quick 1)")
+    session.add_argument("--max-hole-chars", type=int, help="skip longer bodies (default 300; --quick 120)")
+    session.add_argument("--cps", type=float, help="typing speed, characters per second (default 6)")
+    session.add_argument("--debounce-ms", type=float, help="pause before an automatic request (default 75, like VS Code)")
+    session.add_argument("--line-pause-ms", type=float, help="the user's pause after Enter (default 800)")
+    session.add_argument("--budget-ms", type=float, help="server latency budget (default: the server's, 200)")
+    session.add_argument("--max-new-tokens", type=int, help="server max new tokens (default: the server's)")
+    session.add_argument("--device", help="server device")
+    session.add_argument("--no-adaptive-drafting", action="store_true",
+                         help="keep the chosen drafter all session (the server may otherwise switch to lookup)")
+    session.set_defaults(handler=run_session)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="*", metavar="FILE_OR_DIR",
+                        help="corpus files or folders (default: stdlib and installed-package modules, by --seed)")
+    parser.add_argument("--quick", action="store_true", help="a small configuration (a few minutes on a CPU)")
+    parser.add_argument("--out", default="bench-out", help="folder for JSON and PNG (default bench-out)")
+    parser.add_argument("--seed", type=int, default=0, help="corpus and hole choice (default 0)")
+    parser.add_argument("--verifier", help="preset, directory or .gguf (default: the default pair's verifier)")
+    parser.add_argument("--draft", help="draft model, or 'none'")
+    parser.add_argument("--dtype", help="bfloat16 | float16 | float32")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _pick(value, quick: bool, quick_value, default):
+    return value if value is not None else (quick_value if quick else default)
+
+
+def run_engine(args: argparse.Namespace) -> int:
+    from engine.bench import ALL_MODES, DEFAULT_MODES, DrafterKnobs, EngineBenchConfig, format_table, \
+        run_engine_bench, write_plots
+    from engine.bench_corpus import default_corpus, expand_paths, make_holes
+    from engine.errors import QuickdraftError
+    from engine.models import check_pair, load_model
+
+    modes = tuple(m.strip() for m in args.modes.split(",")) if args.modes else DEFAULT_MODES
+    unknown = [m for m in modes if m not in ALL_MODES]
+    if unknown:
+        raise QuickdraftError(f"unknown mode(s) {', '.join(unknown)}; choose from {', '.join(ALL_MODES)}")
+    config = EngineBenchConfig(
+        holes=_pick(args.holes, args.quick, 3, 6),
+        max_new_tokens=_pick(args.max_new_tokens, args.quick, 32, 64),
+        seed=args.seed, modes=modes, repeats=args.repeats, warmup=not args.no_warmup,
+        prefix_tokens=_pick(args.prefix_tokens, args.quick, 512, 1024),
+        suffix_tokens=_pick(args.suffix_tokens, args.quick, 128, 256),
+        hf_lookup_tokens=args.hf_lookup_tokens,
+        knobs=DrafterKnobs(max_draft_tokens=args.max_draft_tokens, lookup_min_n=args.lookup_min_n,
+                           lookup_max_n=args.lookup_max_n, confidence_threshold=args.confidence_threshold,
+                           hybrid_min_match=args.hybrid_min_match, draft_initial_length=args.draft_initial_length),
+        progress=not args.no_progress,
+    )
+    files = (expand_paths(args.paths, args.seed) if args.paths
+             else default_corpus(config.holes * 3, args.seed))  # spare files: not every file has every hole kind
+    holes = make_holes(files, config.holes, args.seed)
+    if not holes:
+        raise QuickdraftError("no FIM hole could be cut from the corpus; name other source files or folders")
+
+    needs_draft = any(m in ("hf-assisted", "quickdraft-draft", "quickdraft-hybrid") for m in modes)
+    verifier = load_model(args.verifier, dtype=args.dtype, role="verifier")
+    draft = None
+    if needs_draft and args.draft != "none":
+        draft = load_model(args.draft, dtype=args.dtype, role="draft")
+        check_pair(verifier, draft)
+
+    result = run_engine_bench(verifier, draft, holes, config)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "engine.json").write_text(json.dumps(result, indent=1))
+    plots = write_plots(result, out)
+    print(format_table(result))
+    print(f"wrote {out / 'engine.json'}, {', '.join(str(p) for p in plots)}")
+    return 0
+
+
+def run_session(args: argparse.Namespace) -> int:
+    from lsp_server.bench_session import SessionBenchConfig, format_table, run_session_bench, write_plots
+
+    defaults = SessionBenchConfig()
+    config = SessionBenchConfig(
+        files=_pick(args.files, args.quick, 1, defaults.files),
+        holes_per_file=_pick(args.holes_per_file, args.quick, 1, defaults.holes_per_file),
+        max_hole_chars=_pick(args.max_hole_chars, args.quick, 120, defaults.max_hole_chars),
+        typing_cps=_pick(args.cps, False, None, defaults.typing_cps),
+        debounce_ms=_pick(args.debounce_ms, False, None, defaults.debounce_ms),
+        line_pause_ms=_pick(args.line_pause_ms, False, None, defaults.line_pause_ms),
+        seed=args.seed, verifier=args.verifier, draft=args.draft, drafters=tuple(args.drafter or [None]),
+        dtype=args.dtype, device=args.device, budget_ms=args.budget_ms, max_new_tokens=args.max_new_tokens,
+        adaptive_drafting=False if args.no_adaptive_drafting else None, progress=not args.no_progress,
+    )
+    out = Path(args.out)
+    try:
+        result = run_session_bench(config, args.paths, out)
+    except RuntimeError as error:
+        print(f"quickdraft: {error}", file=sys.stderr)
+        return 2
+    (out / "session.json").write_text(json.dumps(result, indent=1))
+    plots = write_plots(result, out)
+    print(format_table(result))
+    print(f"wrote {out / 'session.json'}, {', '.join(str(p) for p in plots)}")
+    return 0

@@ -75,6 +75,13 @@ def create_server(settings: Settings) -> LanguageServer:
     def stats(ls: LanguageServer, params) -> dict:
         return service.stats()
 
+    @server.feature("quickdraft/document")
+    def document(ls: LanguageServer, params) -> dict | None:
+        """The text and version the server holds for a URI: for support and sync tests."""
+        uri = (_plain(params) or {}).get("uri")
+        doc = ls.workspace.text_documents.get(uri) if isinstance(uri, str) else None
+        return None if doc is None else {"uri": uri, "version": doc.version, "text": doc.source}
+
     @server.feature(types.SHUTDOWN)
     def shutdown(ls: LanguageServer, params) -> None:
         service.shutdown()

@@ -141,14 +141,20 @@ class CompletionService:
             current = workspace.text_documents.get(uri)
             return current is None or current.version != version
 
+        loop = asyncio.get_running_loop()
+
+        def job(cancel):
+            result = engine.complete(request, cancel=cancel)
+            # Recorded from here, so runs cut short by $/cancelRequest are counted too.
+            loop.call_soon_threadsafe(self.finished, started, cursor, result)
+            return result
+
         try:
-            result = await self.scheduler.run(uri, lambda cancel: engine.complete(request, cancel=cancel),
-                                              is_stale=is_stale)
+            result = await self.scheduler.run(uri, job, is_stale=is_stale)
         except Superseded:
             self.telemetry.count("superseded")
             return EMPTY
         except asyncio.CancelledError:
-            self.telemetry.count("cancelled")
             raise
         except QuickdraftError as error:
             self.telemetry.count("errors")
@@ -158,8 +164,6 @@ class CompletionService:
             self.telemetry.count("errors")
             log.exception("completion failed")
             return EMPTY
-        self.record(started, cursor, "model", result=result)
-        self.maybe_retune()
         if result.stop_reason == "cancelled" or is_stale():
             self.telemetry.count("stale")
             return EMPTY
@@ -205,6 +209,10 @@ class CompletionService:
             record.drafters = {name: vars(figures).copy() for name, figures in stats.drafters.items()}
             record.text_chars = len(result.text)
         self.telemetry.record(record)
+
+    def finished(self, started: float, cursor: Cursor, result) -> None:
+        self.record(started, cursor, "model", result=result)
+        self.maybe_retune()
 
     def maybe_retune(self) -> None:
         if not self.settings.adaptive_drafting or self.engine is None:
