@@ -240,7 +240,7 @@ def test_real_speculative_decoding_float32_equals_verifier_greedy():
     prompt = ('def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
               "    if n < 2:\n        return n\n    return")
     ids = verifier.tokenizer(prompt).input_ids
-    max_new = 24
+    max_new = 16
     eos = verifier.model.generation_config.eos_token_id
     eos = list(eos) if isinstance(eos, (list, tuple)) else [eos]
     with torch.inference_mode():
