@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import os
 import platform
 import random
@@ -94,11 +95,11 @@ def _as_dict(value: Any) -> Any:
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100), the same rule as the server's telemetry."""
+    """Nearest-rank percentile (q in 0..100): the smallest value with at least q% of values at or below it."""
     if not values:
         return None
     ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered) - 1e-9)))
     return ordered[rank - 1]
 
 
@@ -585,6 +586,8 @@ def run_session_bench(config: SessionBenchConfig, paths: Sequence[str] = (), out
 
     The top-level figures are the first session's; `modes` holds every session's.
     """
+    # pygls logs every message at INFO: thousands of lines per session.
+    logging.getLogger("pygls").setLevel(logging.WARNING)
     env = environment()
     files = session_holes(pick_files(paths, config), config)
     if not files:

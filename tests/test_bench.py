@@ -1,0 +1,219 @@
+"""`quickdraft bench engine|session` end to end on tiny models, and the figures' consistency.
+
+Tiny random models write nonsense, so nothing here asserts a speed or a completion's
+quality; what is checked is that both harnesses run through the real CLI, the real
+`generate`, the real decoder and the real server, and that what they report hangs together.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import textwrap
+
+import pytest
+
+from engine.bench import first_difference, positions_matching
+from engine.bench_corpus import HOLE_KINDS, body_holes, default_corpus, make_holes, midline_holes, statement_end_holes
+from lsp_server.bench_session import judge, percentile
+from lsp_server.cli import main as cli_main
+
+ENGINE_MODES = ("hf-greedy", "hf-assisted", "hf-prompt-lookup", "quickdraft-lookup", "quickdraft-draft",
+                "quickdraft-hybrid")
+
+MODULE = textwrap.dedent('''\
+    """A small module to type into."""
+
+    import os
+
+
+    GREETING = "hello"
+
+
+    def join_words(words, separator=" "):
+        """Join words with a separator."""
+        parts = [w.strip() for w in words if w.strip()]
+        return separator.join(parts)
+
+
+    class Counter:
+        def __init__(self, start=0):
+            self.value = start
+
+        def increment(self, step=1):
+            self.value = self.value + step
+            return self.value
+
+        def reset(self):
+            self.value = 0
+            return self.value
+
+
+    def main():
+        counter = Counter(start=len(GREETING))
+        print(join_words(["a", "b"], separator=os.sep), counter.increment())
+    ''')
+
+
+# ----------------------------------------------------------------------------- pure helpers
+
+
+def test_first_difference_and_matching_positions():
+    assert first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert first_difference([1, 2, 3], [1, 9, 3]) == 1
+    assert first_difference([1, 2], [1, 2, 3]) == 2  # a prefix differs where it ends
+    assert positions_matching([1, 2, 3], [1, 9, 3]) == (2, 3)
+    assert positions_matching([1, 2], [1, 2, 3, 4]) == (2, 4)
+
+
+def test_judge_exact_match_and_accepted_characters():
+    assert judge("return x", "return x + 1\n") == (True, 8)
+    assert judge("return x\n", "return x") == (True, 8)  # trailing blanks aside
+    assert judge("return y", "return x") == (False, 7)
+    assert judge("", "return x") == (False, 0)
+    assert judge("   ", "   x") == (False, 3)  # whitespace only is never an exact match
+
+
+def test_percentile_is_nearest_rank_and_ordered():
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == 50.0 and percentile(values, 90) == 90.0 and percentile(values, 99) == 99.0
+    assert percentile([], 50) is None
+    rng = random.Random(0)
+    sample = [rng.expovariate(0.01) for _ in range(37)]
+    assert percentile(sample, 50) <= percentile(sample, 90) <= percentile(sample, 99) <= max(sample)
+
+
+# ----------------------------------------------------------------------------- corpus and holes
+
+
+def test_holes_rebuild_the_file_and_have_the_right_shape():
+    for cutter, kind in ((body_holes, "body"), (statement_end_holes, "statement_end"), (midline_holes, "midline")):
+        holes = cutter("m.py", MODULE)
+        assert holes, kind
+        for hole in holes:
+            assert hole.kind == kind
+            assert hole.prefix + hole.middle + hole.suffix == MODULE
+            assert hole.middle.strip()
+            lines = hole.prefix.split("\n")
+            assert hole.line == len(lines) - 1 and hole.character == len(lines[-1])
+            if kind == "midline":
+                assert hole.suffix[0] in ")]}" and "\n" not in hole.middle
+            if kind == "statement_end":
+                assert "\n" not in hole.middle and hole.suffix.startswith("\n")
+    bodies = {h.middle for h in body_holes("m.py", MODULE)}
+    # The docstring stays in the prefix: the body starts at the first statement after it.
+    assert "parts = [w.strip() for w in words if w.strip()]\n    return separator.join(parts)" in bodies
+
+
+def test_default_corpus_and_holes_are_fixed_by_the_seed():
+    files = default_corpus(9, seed=3)
+    assert len(files) == 9 and files == default_corpus(9, seed=3)
+    holes = make_holes(files, 6, seed=3)
+    assert [h.kind for h in holes] == list(HOLE_KINDS) * 2
+    again = make_holes(files, 6, seed=3)
+    assert [(h.path, h.line, h.character, h.middle) for h in holes] == [(h.path, h.line, h.character, h.middle)
+                                                                          for h in again]
+
+
+# ----------------------------------------------------------------------------- engine benchmark
+
+
+def _check_rate(value, name):
+    assert value is None or 0.0 <= value <= 1.0, f"{name} = {value}"
+
+
+def test_engine_bench_end_to_end_on_tiny_models(tiny_model_dir, tiny_draft_dir, tmp_path, capsys):
+    out = tmp_path / "engine"
+    code = cli_main(["bench", "engine", "--quick", "--verifier", str(tiny_model_dir), "--draft", str(tiny_draft_dir),
+                     "--dtype", "float32", "--holes", "3", "--max-new-tokens", "12", "--prefix-tokens", "192",
+                     "--suffix-tokens", "64", "--modes", ",".join(ENGINE_MODES + ("quickdraft-none",)),
+                     "--out", str(out), "--no-progress"])
+    assert code == 0
+    table = capsys.readouterr().out
+    assert "quickdraft-hybrid" in table and "target quickdraft-hybrid" in table
+
+    result = json.loads((out / "engine.json").read_text())
+    assert (out / "engine-speedup.png").stat().st_size > 0 and (out / "engine-tau.png").stat().st_size > 0
+    env = result["environment"]
+    assert env["torch"] and env["cpu"] and env["dtype"] == "float32"
+    assert env["verifier"]["parameters"] > 0 and env["draft"]["parameters"] > 0
+    assert len(result["prompts"]) == 3 and [p["kind"] for p in result["prompts"]] == list(HOLE_KINDS)
+
+    modes = {m["name"]: m for m in result["modes"]}
+    assert set(ENGINE_MODES) <= set(modes)
+    for name, m in modes.items():
+        assert m["prompts"] == 3 and m["tokens"] > 0, name
+        assert m["tokens_per_s"] > 0 and m["decode_tokens_per_s"] > 0, name
+        assert m["speedup_vs_hf_greedy"] > 0 and len(m["speedups_per_prompt"]) == 3, name
+        assert m["tau"] >= 1.0 and all(t >= 1.0 for t in m["tau_per_prompt"]), name
+        assert m["verifier_passes"] <= m["tokens"], name
+        assert 0 <= m["accepted"] <= m["drafted"], name
+        for key in ("draft_acceptance", "match_vs_hf_greedy", "identical_completions"):
+            _check_rate(m[key], f"{name}.{key}")
+        assert m["matched_positions"] <= m["compared_positions"]
+        assert m["timing_ms"]["total"] > 0
+    greedy = modes["hf-greedy"]
+    assert greedy["speedup_vs_hf_greedy"] == 1.0 and greedy["match_vs_hf_greedy"] == 1.0
+    assert greedy["tau"] == 1.0 and greedy["drafted"] == 0 and greedy["draft_acceptance"] is None
+    assert modes["quickdraft-none"]["tau"] == 1.0 and modes["quickdraft-none"]["drafted"] == 0
+    assert modes["hf-assisted"]["drafted"] > 0 and modes["quickdraft-draft"]["drafted"] > 0
+    # Float32: quickdraft's output is the verifier's own greedy output, token for token.
+    for name in ("quickdraft-lookup", "quickdraft-draft", "quickdraft-hybrid", "quickdraft-none"):
+        assert modes[name]["identical_completions"] == 1.0, name
+        assert modes[name]["first_difference_median"] is None, name
+    assert result["quickdraft_identical_to_hf_greedy"] is True
+
+    targets = {t["versus"]: t for t in result["targets"]}
+    assert set(targets) == {"hf-greedy", "hf-assisted", "hf-prompt-lookup"}
+    for t in targets.values():
+        assert t["median_ratio"] > 0 and t["met"] == (t["median_ratio"] >= t["target"])
+    runs = result["runs"]
+    assert len(runs) == 3 * len(modes)
+    for run in runs:
+        assert run["seconds"] > 0 and run["prompt_forward_s"] < run["seconds"]
+
+
+# ----------------------------------------------------------------------------- session benchmark
+
+
+def test_session_bench_end_to_end_through_the_server(tiny_model_dir, tiny_draft_dir, tmp_path, capsys):
+    source = tmp_path / "module.py"
+    source.write_text(MODULE)
+    out = tmp_path / "session"
+    code = cli_main(["bench", "session", str(source), "--verifier", str(tiny_model_dir), "--draft", str(tiny_draft_dir),
+                     "--drafter", "hybrid", "--dtype", "float32", "--files", "1", "--holes-per-file", "2",
+                     "--max-hole-chars", "80", "--cps", "25", "--debounce-ms", "20", "--line-pause-ms", "400",
+                     "--budget-ms", "10000", "--max-new-tokens", "8", "--out", str(out), "--no-progress"])
+    assert code == 0
+    assert "p50 ms" in capsys.readouterr().out
+    result = json.loads((out / "session.json").read_text())
+    assert (out / "session-latency-cdf.png").stat().st_size > 0 and (out / "session-tau.png").stat().st_size > 0
+
+    requests = result["requests"]
+    assert requests and result["request_count"] == len(requests)
+    answered = [r for r in requests if r["status"] == "answered"]
+    assert result["answered"] == len(answered) >= 2  # at least the last request of each hole
+    assert result["answered"] + result["cancelled"] + result["errors"] == len(requests)
+    lat = result["latency_ms"]
+    assert lat["n"] == len(answered)
+    assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
+    for key in ("within_budget", "shown_rate", "exact_match_rate", "exact_match_rate_answered", "draft_acceptance"):
+        _check_rate(result[key], key)
+    assert result["tau"] is None or result["tau"] >= 1.0
+    assert result["typed_chars"] == sum(len(h["middle"]) for h in result["holes"])
+    holes = {(h["file"], h["line"], h["character"]) for h in result["holes"]}
+    assert len(holes) == 2
+
+    for r in answered:
+        assert r["latency_ms"] > 0 and r["within_budget"] == (r["latency_ms"] <= result["budget_ms"])
+        assert 0 <= r["accepted_chars"] <= len(r["shown"])
+        assert r["exact_match"] == (bool(r["shown"].strip()) and r["expected"].startswith(r["shown"].rstrip()))
+    # The server's own record is found for answered requests, with its decoding figures.
+    matched = [r for r in answered if r["server"]]
+    assert matched and result["server_matched"] == len(matched)
+    for r in matched:
+        server = r["server"]
+        if server["source"] == "model" and server["verifier_passes"]:
+            assert server["prefill_tokens"] <= server["prompt_tokens"]
+            assert server["emitted"] >= server["verifier_passes"]
+    assert result["modes"][0]["name"] == "hybrid" and result["environment"]["cpu"]
