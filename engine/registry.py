@@ -677,7 +677,7 @@ def _pull_one(preset: Preset, *, source: str, force: bool, home: Path) -> Instal
         existing = installed_path(preset.name, home)
         if existing is not None and not force:
             manifest = read_manifest(existing)
-            log.info("%s is already installed in %s", preset.name, existing)
+            log.debug("%s is already installed in %s", preset.name, existing)
             return InstalledModel(preset.name, existing, manifest["source"]["kind"], manifest["size_bytes"],
                                   manifest["dtype"], pulled=False)
         # Leftovers of a crashed conversion of this preset (we hold its lock, so nobody is using them).

@@ -230,33 +230,28 @@ def test_real_presets_load_as_a_pair_and_refuse_a_stranger(real_draft, tiny_mode
 @pytest.mark.timeout(900)
 def test_real_speculative_decoding_float32_equals_verifier_greedy():
     """The real pair in float32: speculative output is token for token the verifier's greedy output."""
-    from engine.decoder import GenerationConfig, SpeculativeDecoder
-    from engine.drafters import make_drafter
+    from engine.completion import CompletionEngine
 
     _installed(VERIFIER), _installed(DRAFT)
     verifier = load_model(VERIFIER, dtype="float32")
     draft = load_model(DRAFT, dtype="float32")
-    check_pair(verifier, draft)
+    engine = CompletionEngine(verifier, draft, drafter="hybrid", max_draft_tokens=4)
     prompt = ('def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
               "    if n < 2:\n        return n\n    return")
-    ids = verifier.tokenizer(prompt).input_ids
+    ids = verifier.tokenizer(prompt, add_special_tokens=False).input_ids
     max_new = 16
-    eos = verifier.model.generation_config.eos_token_id
-    eos = list(eos) if isinstance(eos, (list, tuple)) else [eos]
     with torch.inference_mode():
         tensor = torch.tensor([ids])
         reference = verifier.model.generate(
             tensor, attention_mask=torch.ones_like(tensor), max_new_tokens=max_new, do_sample=False,
-            eos_token_id=eos, pad_token_id=verifier.tokenizer.pad_token_id,
+            eos_token_id=engine.stop_token_ids(), pad_token_id=verifier.tokenizer.pad_token_id,
         )[0, len(ids):].tolist()
-    for mode in ("draft", "hybrid"):
-        decoder = SpeculativeDecoder(verifier.model, make_drafter(mode, draft.model, max_draft_tokens=4),
-                                     verifier.tokenizer)
-        result = decoder.generate(ids, GenerationConfig(max_new_tokens=max_new, max_draft_tokens=4,
-                                                           eos_token_ids=eos))
-        assert result.token_ids == reference, mode
+    for mode in ("hybrid", "draft"):
+        engine.set_drafter(mode)
+        result = engine.generate(prompt, max_new_tokens=max_new)  # greedy by default
+        assert result.token_ids == reference, (mode, verifier.tokenizer.decode(result.token_ids))
         assert result.stats.accepted > 0  # the draft model actually helped
-    del verifier, draft, decoder
+    del verifier, draft, engine
     gc.collect()
 
 
