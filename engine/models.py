@@ -161,7 +161,7 @@ def load_model(
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer, in eval mode on `device` (default: CUDA if present, else CPU)."""
     started = time.perf_counter()
-    name = spec or "default"
+    name = registry.PAIRS[spec or "default"][role] if spec is None or spec in registry.PAIRS else spec
     target = resolve_model_spec(spec, role)
     torch_device = parse_device(device)
     torch_dtype = parse_dtype(dtype, torch_device)
