@@ -86,9 +86,16 @@ function M.reset()
   M.clear()
 end
 
-local function untab(text)
-  return (text:gsub('\t', string.rep(' ', vim.bo.tabstop > 0 and vim.bo.tabstop or 8)))
+--- How `text` looks in virtual text: tabs as spaces, control characters as ^X (as Neovim
+--- shows them in the buffer; a NUL would otherwise turn the string into a Blob).
+function M.display(text)
+  text = text:gsub('\t', string.rep(' ', vim.bo.tabstop > 0 and vim.bo.tabstop or 8))
+  text = text:gsub('[%z\1-\31\127]', function(c)
+    return c == '\127' and '^?' or '^' .. string.char(c:byte() + 64)
+  end)
+  return text
 end
+local untab = M.display
 
 --- Where the suggestion stands against the buffer now, or nil when the user typed something
 --- that does not match it, moved away, or left insert mode.
@@ -252,7 +259,6 @@ function M.request_now(bufnr, trigger_kind)
   }
   local client_id = client.id
   local ok, request_id = compat.request(client, 'textDocument/inlineCompletion', params, function(err, result)
-    M._last_response = { seq = my_seq, now = S.seq, err = err, result = result }
     if my_seq ~= S.seq then
       return -- the user typed since: a newer request is on its way
     end
