@@ -6,7 +6,9 @@ import logging
 from typing import Any
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcException
 from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
 
 from lsp_server.service import ACCEPT_COMMAND, CompletionService
 from lsp_server.settings import Settings, apply_client_settings
@@ -23,8 +25,22 @@ def _plain(value: Any) -> Any:
     return {k: getattr(value, k) for k in dir(value) if not k.startswith("_") and not callable(getattr(value, k))}
 
 
+class Protocol(LanguageServerProtocol):
+    """pygls answers a request whose params do not parse with no response at all (only a
+    showMessage), which leaves the client waiting forever: answer it with the error."""
+
+    def structure_message(self, data: dict[str, Any]):
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as error:
+            if "id" in data and "method" in data:
+                self._send_response(data["id"], error=error.to_response_error())
+            raise
+
+
 def create_server(settings: Settings) -> LanguageServer:
-    server = LanguageServer("quickdraft", VERSION, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+    server = LanguageServer("quickdraft", VERSION, protocol_cls=Protocol,
+                            text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
 
     def log_message(message: str, kind: types.MessageType) -> None:
         server.window_log_message(types.LogMessageParams(type=kind, message=message))

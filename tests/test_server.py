@@ -192,14 +192,11 @@ def test_bad_input_gets_empty_answers_and_the_server_keeps_serving(server, tmp_p
     server.open(binary, "abc\x00\x01\x02" * 1000)
     assert items_of(server.complete(binary, 0, 10)) == []
     big = (tmp_path / "big.py").as_uri()
-    text = ("def f%d(x):\n    return x * %d\n\n" % (0, 0)) * 1  # noqa: UP031
     text = "".join(f"def f{i}(x):\n    return x * {i}\n\n" for i in range(180_000))
     assert len(text) > 5_000_000
     server.open(big, text)
     lines = text.count("\n")
     server.complete(big, lines // 2, 0)
-    with pytest.raises(Exception):
-        server.request(types.TEXT_DOCUMENT_INLINE_COMPLETION, {"textDocument": {"uri": 5}, "position": "here"})
     assert server.stats()["state"] == "ready"
     assert server.document(uri)["text"] == "a = 1\n"
 
