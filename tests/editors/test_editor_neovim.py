@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import time
 from pathlib import Path
 
@@ -178,6 +179,10 @@ def test_type_see_ghost_text_accept_with_tab(editor):
     after = editor.stats()
     assert after["requests"] > before["requests"]
     assert after["userAcceptance"] and after["userAcceptance"] > 0
+    # The statusline follows the server's live figures.
+    if isinstance(after.get("draftAcceptance"), (int, float)):
+        wait_until(lambda: re.fullmatch(r"quickdraft…? \d+%", editor.lua("return require('quickdraft').statusline()")),
+                   "the draft acceptance in the statusline", timeout=10)
 
 
 def test_tab_is_a_tab_without_suggestion(editor):

@@ -82,10 +82,15 @@ fs.writeFileSync(file, ORIGINAL);
 
 fs.writeFileSync(path.join(userData, 'User', 'settings.json'), JSON.stringify({
   'quickdraft.server.command': quickdraft,
+  // float32: the tiny model's own dtype; a generous budget and few tokens, so completions do
+  // not depend on how busy the machine is.
+  'quickdraft.server.args': ['serve', '--dtype', 'float32'],
+  'quickdraft.budgetMs': 20000,
+  'quickdraft.maxNewTokens': 12,
   'quickdraft.verifier': modelDir,
   'quickdraft.draft': 'none',
   'quickdraft.drafter': 'lookup',
-  'quickdraft.trace.server': 'messages',
+  'quickdraft.trace.server': 'verbose',
   // A quiet editor: nothing but the inline suggestion may claim Tab.
   'editor.inlineSuggest.enabled': true,
   'editor.quickSuggestions': { other: 'off', comments: 'off', strings: 'off' },
@@ -162,15 +167,19 @@ try {
     console.log(await page.evaluate(() => [...document.querySelectorAll('[class*="ghost-text"]')].map((e) => e.outerHTML).join('\n')));
   }
   // The first line is decorated into the current line; further lines sit in a view zone below.
-  const ghostFirstLine = (await page.locator('.view-line .ghost-text-decoration').allTextContents()).join('').replace(/\u00a0/g, ' ');
+  // VS Code draws spaces as U+00A0 and control characters (the tiny random model writes some)
+  // as their U+24xx symbols: map them back to the characters they stand for.
+  const unrender = (text) => text.replace(/\u00a0/g, ' ')
+    .replace(/[\u2400-\u241f]/g, (c) => String.fromCharCode(c.charCodeAt(0) - 0x2400)).replace(/\u2421/g, '\x7f');
+  const ghostFirstLine = unrender((await page.locator('.view-line .ghost-text-decoration').allTextContents()).join(''));
   const ghostMore = await page.evaluate(() => {
     const lines = new Map();
     for (const span of document.querySelectorAll('span.ghost-text:not(.ghost-text-decoration)')) {
       const line = span.closest('.view-line') ?? span.parentElement;
       lines.set(line, (lines.get(line) ?? '') + span.textContent);
     }
-    return [...lines.values()].map((t) => t.replace(/\u00a0/g, ' '));
-  });
+    return [...lines.values()];
+  }).then((lines) => lines.map(unrender));
   const ghostText = [ghostFirstLine, ...ghostMore].join('\n');
   log(`ghost text: ${JSON.stringify(ghostText)}`);
   const shot = path.join(outDir, 'vscode-ghost-text.png');
@@ -206,6 +215,12 @@ try {
   log(`stats notification: ${stats}`);
   const accepted = /accepted by you (\d+)%/.exec(stats);
   if (!accepted || Number(accepted[1]) <= 0) throw new Error(`the server did not count the accept: ${stats}`);
+  if (/draft acceptance \d+%/.test(stats)) {
+    // The status bar follows the server's figures: the live draft acceptance.
+    await page.waitForFunction(() => [...document.querySelectorAll('.statusbar-item')]
+      .some((e) => /quickdraft \d+%/.test(e.textContent)), null, { timeout: 15000 });
+    log(`status bar: "${(await status.textContent()).trim()}"`);
+  }
   await page.screenshot({ path: path.join(outDir, 'vscode-after-accept.png') });
   log('PASS');
 } catch (error) {

@@ -8,7 +8,6 @@ import {
   LanguageClientOptions,
   ServerOptions,
   State,
-  TransportKind,
 } from 'vscode-languageclient/node';
 import { Debouncer } from './debounce';
 import { isLanguageDisabled, readSettings, resolveServerCommand, serverOptionsFrom, Settings } from './settings';
@@ -29,8 +28,13 @@ function workspaceDirs(): string[] {
   return (vscode.workspace.workspaceFolders ?? []).map((folder) => folder.uri.fsPath);
 }
 
+let inFlight = 0; // completion requests sent and not answered yet
+let lastStatsRefresh = 0;
+
 function renderStatus(): void {
-  const view = statusText(lastStatus, settings.enable);
+  // The spinner while a completion is on its way, whether or not the server reports `busy`.
+  const shown = inFlight > 0 && lastStatus?.state === 'ready' ? { ...lastStatus, state: 'busy' } : lastStatus;
+  const view = statusText(shown, settings.enable);
   statusItem.text = view.text;
   statusItem.tooltip = view.tooltip;
   statusItem.backgroundColor = view.error ? new vscode.ThemeColor('statusBarItem.errorBackground') : undefined;
@@ -47,7 +51,8 @@ function buildClient(): LanguageClient {
   const serverOptions: ServerOptions = {
     command,
     args: settings.serverArgs,
-    transport: TransportKind.stdio,
+    // No `transport`: with TransportKind.stdio the client appends `--stdio` to the arguments,
+    // which `quickdraft serve` does not take; stdio is the default anyway.
     options: { cwd: workspaceDirs()[0] },
   };
   const clientOptions: LanguageClientOptions = {
@@ -59,7 +64,16 @@ function buildClient(): LanguageClient {
         // An explicit "trigger inline suggestion" is answered at once; typing is debounced.
         const delay = context.triggerKind === vscode.InlineCompletionTriggerKind.Invoke ? 0 : settings.debounceMs;
         if (!(await debouncer.wait(delay, token))) return null;
-        const result = await next(document, position, context, token);
+        inFlight += 1;
+        renderStatus();
+        let result;
+        try {
+          result = await next(document, position, context, token);
+        } finally {
+          inFlight -= 1;
+          renderStatus();
+        }
+        refreshAcceptance();
         if (token.isCancellationRequested) return null;
         const items = Array.isArray(result) ? result : result?.items ?? [];
         // VS Code's stable API has no "shown" event for extensions; an item handed to it here
@@ -81,6 +95,20 @@ function buildClient(): LanguageClient {
     if (client === created) setStatus(status);
   });
   return created;
+}
+
+/** Live draft acceptance in the status bar: re-read the server's figures, at most every 2 s. */
+function refreshAcceptance(): void {
+  const now = Date.now();
+  if (now - lastStatsRefresh < 2000 || !currentClientRunning()) return;
+  lastStatsRefresh = now;
+  const asked = client!;
+  asked.sendRequest<Record<string, any>>('quickdraft/stats', {}).then((stats) => {
+    if (client === asked && lastStatus && typeof stats?.draftAcceptance === 'number') {
+      lastStatus = { ...lastStatus, draftAcceptance: stats.draftAcceptance };
+      renderStatus();
+    }
+  }, () => undefined);
 }
 
 function currentClientRunning(): boolean {

@@ -16,6 +16,7 @@ let doc;
 async function stats() {
   return vscode.commands.executeCommand('quickdraft.showStats');
 }
+const stats_ = stats;
 
 /** Ask the way VS Code does after typing; resolves to the list (or null). */
 function complete(document, position, source = h.token()) {
@@ -32,7 +33,11 @@ function endOf(document) {
 before(async () => {
   ext = await h.activate({
     'quickdraft.server.command': h.quickdraft,
-    'quickdraft.server.args': ['serve'],
+    // float32: the tiny model's own dtype; a generous budget and few tokens, so completions do
+    // not depend on how busy the machine is.
+    'quickdraft.server.args': ['serve', '--dtype', 'float32'],
+    'quickdraft.budgetMs': 20000,
+    'quickdraft.maxNewTokens': 12,
     'quickdraft.verifier': h.tinyModel(),
     'quickdraft.draft': 'none',
     'quickdraft.drafter': 'lookup',
@@ -78,6 +83,19 @@ test('ghost text comes from the server through the native inline-completion feat
   assert.equal(item.range.end.line, position.line);
   assert.equal(item.command.command, 'quickdraft.accepted');
   assert.equal(typeof item.command.arguments[0].id, 'string');
+});
+
+test('status bar spins while completing, then shows the live draft acceptance', async () => {
+  const mark = ext.statusItem.history.length;
+  const result = await complete(doc, endOf(doc));
+  assert.ok(result && result.items.length >= 1);
+  const during = ext.statusItem.history.slice(mark);
+  assert.ok(during.some((t) => t.startsWith('$(loading~spin) quickdraft')), `busy shown: ${JSON.stringify(during)}`);
+  const stats = await stats_();
+  // null until a drafter has proposed a token (prompt lookup may find nothing to copy).
+  const expected = typeof stats.draftAcceptance === 'number'
+    ? `$(sparkle) quickdraft ${Math.round(stats.draftAcceptance * 100)}%` : '$(sparkle) quickdraft';
+  await waitFor(() => ext.statusItem.text === expected, `status bar "${expected}" (now "${ext.statusItem.text}")`, 10000);
 });
 
 test('accepting runs the item command, which the server counts', async () => {

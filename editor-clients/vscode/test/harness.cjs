@@ -25,7 +25,14 @@ const quickdraft = process.env.QUICKDRAFT_BIN || path.join(repo, '.venv', 'bin',
 function tinyModel() {
   if (process.env.QUICKDRAFT_TINY_MODEL) return process.env.QUICKDRAFT_TINY_MODEL;
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'qd-tiny-'));
-  execFileSync(quickdraft, ['models', 'tiny', dir], { stdio: ['ignore', 'ignore', 'inherit'] });
+  try {
+    execFileSync(quickdraft, ['models', 'tiny', dir], { stdio: ['ignore', 'ignore', 'ignore'] });
+  } catch {
+    // Older servers have no `models tiny`: the same model through the engine's own function.
+    const python = path.join(path.dirname(quickdraft), 'python');
+    execFileSync(python, ['-c', 'import sys; from engine.tiny import write_tiny_model; write_tiny_model(sys.argv[1], seed=0)', dir],
+      { stdio: ['ignore', 'ignore', 'inherit'], cwd: repo });
+  }
   return dir;
 }
 

@@ -18,7 +18,11 @@ local S = {
 }
 M._state = S -- for tests and debugging
 
-M.config = { debounce_ms = 150, enabled = function() return true end }
+M.config = {
+  debounce_ms = 150,
+  enabled = function() return true end,
+  on_response = function(_) end, -- called with the client after every answer
+}
 
 local function client_for(bufnr)
   if vim.lsp.get_clients then -- 0.10+
@@ -188,6 +192,11 @@ function M.render()
   return true
 end
 
+--- True while a completion request is on its way.
+function M.busy()
+  return S.pending ~= nil
+end
+
 --- True when a suggestion is on screen (what the accept/dismiss keys check).
 function M.visible()
   return S.sug ~= nil and locate() ~= nil
@@ -263,6 +272,7 @@ function M.request_now(bufnr, trigger_kind)
       return -- the user typed since: a newer request is on its way
     end
     S.pending = nil
+    M.config.on_response(client)
     if err or not result then
       return
     end

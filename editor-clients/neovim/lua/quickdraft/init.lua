@@ -84,9 +84,27 @@ function M.statusline()
   if status.state == 'ready' or status.state == 'busy' then
     local acceptance = type(status.draftAcceptance) == 'number'
       and string.format(' %d%%', math.floor(status.draftAcceptance * 100 + 0.5)) or ''
-    return (status.state == 'busy' and 'quickdraft…' or 'quickdraft') .. acceptance
+    local busy = status.state == 'busy' or (not M.builtin and ghost.busy())
+    return (busy and 'quickdraft…' or 'quickdraft') .. acceptance
   end
   return 'quickdraft: ' .. tostring(status.state)
+end
+
+local last_refresh = 0
+
+--- Keep the draft acceptance in M.status live: re-read the server's figures, at most every 2 s.
+local function refresh_acceptance(client)
+  local now = vim.loop.now()
+  if now - last_refresh < 2000 or not M.status then
+    return
+  end
+  last_refresh = now
+  compat.request(client, 'quickdraft/stats', {}, function(err, result)
+    if not err and type(result) == 'table' and M.status and type(result.draftAcceptance) == 'number' then
+      M.status.draftAcceptance = result.draftAcceptance
+      pcall(vim.cmd, 'doautocmd <nomodeline> User QuickdraftStatus')
+    end
+  end)
 end
 
 local function set_highlight()
@@ -283,6 +301,7 @@ function M.setup(opts)
   M.builtin = compat.has_builtin_inline_completion and M.config.builtin ~= false
   ghost.config.debounce_ms = M.config.debounce_ms
   ghost.config.enabled = function() return M.enabled end
+  ghost.config.on_response = refresh_acceptance
 
   set_highlight()
   local group = api.nvim_create_augroup('quickdraft', { clear = true })
