@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Sequence
 
 import torch
 
 from engine.decoder import GenerationConfig, GenerationResult, SpeculativeDecoder
 from engine.drafters import DRAFTER_MODES, make_drafter
-from engine.errors import PromptError
+from engine.errors import ModelError, PromptError
 from engine.fim import FimTemplate, detect_fim_template
 from engine.models import LoadedModel, check_pair, load_model
 from engine.postprocess import postprocess, stop_strings_for
@@ -24,6 +24,11 @@ from engine.prompt import ContextBudget, build_prompt
 from engine.stats import DecodeStats
 from engine.syntax import decide_multiline, language_from
 from engine.verify import SamplingParams
+
+LOOKUP_DOCUMENT_CHARS = 32_000  # of each other document, tokenized for prompt lookup only
+# A CPU prefills roughly 100 tokens a second with a 0.5B model (no AMX): keep prompts short
+# there, and lean on KV reuse. A GPU takes the full context.
+CPU_CONTEXT_BUDGET = ContextBudget(prefix_tokens=384, suffix_tokens=48, other_documents_tokens=0)
 
 
 @dataclass
@@ -71,11 +76,13 @@ class CompletionEngine:
         self.draft = draft
         self.tokenizer = verifier.tokenizer
         self.max_draft_tokens = max_draft_tokens
-        self.context_budget = context_budget or ContextBudget()
+        self.default_budget = context_budget or ContextBudget()
+        self.context_budget = self.default_budget
         self.decoder = SpeculativeDecoder(verifier.model, None, self.tokenizer)
         self.drafter_mode = ""
         self.set_drafter(drafter)
         self._template: FimTemplate | None = None
+        self._window_starts: dict[str, int] = {}  # per document path: where its prefix window begins
 
     @classmethod
     def load(
@@ -92,12 +99,16 @@ class CompletionEngine:
 
         `draft="none"` (or drafter "lookup"/"none") loads no draft model.
         """
+        if drafter == "draft" and draft == "none":
+            raise ModelError("drafter 'draft' needs a draft model: pass --draft, or use --drafter lookup")
         loaded_verifier = load_model(verifier, dtype=dtype, device=device, role="verifier")
         loaded_draft = None
         if draft != "none" and drafter in ("draft", "hybrid"):
             loaded_draft = load_model(draft, dtype=dtype, device=device, role="draft")
             check_pair(loaded_verifier, loaded_draft)
-        return cls(loaded_verifier, loaded_draft, drafter=drafter, max_draft_tokens=max_draft_tokens)
+        budget = CPU_CONTEXT_BUDGET if loaded_verifier.device.type == "cpu" else ContextBudget()
+        return cls(loaded_verifier, loaded_draft, drafter=drafter, max_draft_tokens=max_draft_tokens,
+                   context_budget=budget)
 
     def set_drafter(self, mode: str) -> None:
         """Switch drafting mode; 'draft'/'hybrid' fall back to 'lookup' without a draft model."""
@@ -164,10 +175,7 @@ class CompletionEngine:
         multiline = request.multiline
         if multiline is None:
             multiline = decide_multiline(request.prefix, request.suffix, language)
-        parts = build_prompt(
-            self.tokenizer, self.template, request.prefix, request.suffix, path=request.path,
-            other_documents=request.other_documents, budget=self.context_budget,
-        )
+        parts = self._prompt(request)
         deadline = started + request.budget_ms / 1000 if request.budget_ms else None
         config = GenerationConfig(
             max_new_tokens=request.max_new_tokens,
@@ -187,6 +195,39 @@ class CompletionEngine:
             token_ids=result.token_ids, stop_reason=result.stop_reason, multiline=multiline,
             prompt_tokens=len(parts.token_ids), stats=result.stats,
         )
+
+    def _prompt(self, request: CompletionRequest):
+        """Build the FIM prompt, keeping the prefix window's start where it was if it still fits.
+
+        A window cut fresh at every keystroke would start one token later each time the
+        prefix outgrows its budget, and a prompt that changes at its start reuses no KV
+        cache at all. So the start sticks (up to 25 % over budget), and moves in jumps.
+        """
+        budget = self.context_budget
+        key = request.path or ""
+        start = self._window_starts.get(key)
+        if start is not None and 0 < start <= len(request.prefix):
+            stretched = replace(budget, prefix_tokens=budget.prefix_tokens * 5 // 4)
+            parts = build_prompt(self.tokenizer, self.template, request.prefix[start:], request.suffix,
+                                 path=request.path, other_documents=request.other_documents, budget=stretched)
+            if not parts.prefix_truncated:
+                return self._with_lookup_streams(parts, request)
+        parts = build_prompt(self.tokenizer, self.template, request.prefix, request.suffix, path=request.path,
+                             other_documents=request.other_documents, budget=budget)
+        if parts.prefix_truncated:
+            self._window_starts[key] = len(request.prefix) - len(parts.prefix)
+        else:
+            self._window_starts.pop(key, None)
+        return self._with_lookup_streams(parts, request)
+
+    def _with_lookup_streams(self, parts, request: CompletionRequest):
+        """Other documents that did not fit the prompt are still worth copying from."""
+        in_prompt = {path for path, _ in parts.other_documents}
+        for path, text in request.other_documents:
+            if path not in in_prompt and path != request.path:
+                parts.token_streams.append(
+                    self.tokenizer(text[:LOOKUP_DOCUMENT_CHARS], add_special_tokens=False)["input_ids"])
+        return parts
 
     @torch.inference_mode()
     def _run(self, prompt_ids, config, streams, cancel, on_text) -> GenerationResult:

@@ -78,13 +78,11 @@ class CompletionService:
 
         def load():
             from engine.completion import CompletionEngine
-            from engine.prompt import ContextBudget
 
             self.engine = None  # free the old models before loading new ones
             engine = CompletionEngine.load(settings.verifier, settings.draft, drafter=settings.drafter,
                                            dtype=settings.dtype, device=settings.device)
-            engine.context_budget = ContextBudget(settings.prefix_tokens, settings.suffix_tokens,
-                                                  settings.other_documents_tokens)
+            self.apply_budget(engine)
             return engine
 
         try:
@@ -109,10 +107,13 @@ class CompletionService:
         if self.settings.model_key() != previous.model_key() or self.settings.drafter != previous.drafter:
             self.start_loading()
         elif self.engine is not None and previous != self.settings:
-            from engine.prompt import ContextBudget
+            self.apply_budget(self.engine)
 
-            self.engine.context_budget = ContextBudget(self.settings.prefix_tokens, self.settings.suffix_tokens,
-                                                       self.settings.other_documents_tokens)
+    def apply_budget(self, engine) -> None:
+        """Context budgets the client set override the engine's defaults for its device."""
+        chosen = {"prefix_tokens": self.settings.prefix_tokens, "suffix_tokens": self.settings.suffix_tokens,
+                  "other_documents_tokens": self.settings.other_documents_tokens}
+        engine.context_budget = replace(engine.default_budget, **{k: v for k, v in chosen.items() if v is not None})
 
     # -- completions ----------------------------------------------------------------
     async def complete(self, workspace, params: types.InlineCompletionParams) -> types.InlineCompletionList:

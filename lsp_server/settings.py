@@ -24,9 +24,9 @@ class Settings:
     multiline: str = "auto"
     enabled: bool = True
     disabled_languages: tuple[str, ...] = ()
-    prefix_tokens: int = 1024
-    suffix_tokens: int = 256
-    other_documents_tokens: int = 512
+    prefix_tokens: int | None = None  # None: the engine's default for its device
+    suffix_tokens: int | None = None
+    other_documents_tokens: int | None = None
     adaptive_drafting: bool = True  # switch drafters when draft acceptance stays under 50 %
 
     def model_key(self) -> tuple:
@@ -96,7 +96,7 @@ def _coerce(name: str, value: Any, annotation: str) -> Any:
         low, high = _LIMITS[name]
         if not low <= value <= high:
             raise ValueError(f"expected {low}..{high}")
-        return type(getattr(Settings(), name))(value)
+        return float(value) if name == "budget_ms" else int(value)
     if value is not None and not isinstance(value, str):
         raise TypeError("expected a string")
     return value or None

@@ -1,0 +1,69 @@
+"""CompletionEngine: FIM prompts, KV reuse across keystrokes, post-processing, drafter switching."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.completion import CompletionEngine, CompletionRequest
+from engine.errors import PromptError
+from engine.models import load_model
+from engine.prompt import ContextBudget
+
+LONG_PREFIX = "".join(f"def function_{i}(value):\n    return value * {i}\n\n" for i in range(60))
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir):
+    verifier = load_model(str(tiny_model_dir), dtype="float32", device="cpu")
+    return CompletionEngine(verifier, None, drafter="lookup",
+                            context_budget=ContextBudget(prefix_tokens=96, suffix_tokens=16, other_documents_tokens=0))
+
+
+def test_typing_on_a_long_file_reuses_the_prompt_window(engine):
+    first = engine.complete(CompletionRequest(prefix=LONG_PREFIX + "def next_one(", path="/w/a.py", max_new_tokens=4))
+    assert first.stats.prefill_tokens > 60
+    typed = ""
+    for char in "value):":
+        typed += char
+        result = engine.complete(CompletionRequest(prefix=LONG_PREFIX + "def next_one(" + typed, path="/w/a.py",
+                                                   max_new_tokens=4))
+        # The window's start stays put, so each keystroke feeds only the few changed tokens.
+        assert result.stats.prefill_tokens <= 6, (typed, result.stats)
+
+
+def test_window_jumps_when_the_prefix_outgrows_its_slack(engine):
+    base = LONG_PREFIX + "x = "
+    engine.complete(CompletionRequest(prefix=base, path="/w/b.py", max_new_tokens=2))
+    grown = base + "1\n" + "y = 2\n" * 40  # far past the 25 % slack
+    result = engine.complete(CompletionRequest(prefix=grown, path="/w/b.py", max_new_tokens=2))
+    assert result.prompt_tokens <= 96 + 16 + 8
+
+
+def test_other_documents_feed_prompt_lookup(engine):
+    other = "def helper_function(alpha, beta, gamma):\n    return alpha + beta + gamma\n"
+    request = CompletionRequest(prefix="def helper_function(alpha, beta, gamma):\n    return alpha +",
+                                path="/w/c.py", other_documents=[("/w/other.py", other)], max_new_tokens=8)
+    parts = engine._prompt(request)
+    streams = [engine.tokenizer.decode(s) for s in parts.token_streams]
+    assert any("helper_function" in s for s in streams)
+
+
+def test_raw_generate_and_post_processed_complete(engine):
+    result = engine.generate("import os\n", max_new_tokens=5)
+    assert len(result.token_ids) == 5 and result.stats.emitted == 5
+    completion = engine.complete(CompletionRequest(prefix="x = [1, 2", suffix="]\n", max_new_tokens=8, multiline=False))
+    assert "\n" not in completion.text and completion.multiline is False
+
+
+def test_switching_drafters(engine):
+    engine.set_drafter("none")
+    assert engine.generate("a = 1\n", max_new_tokens=3).stats.drafted == 0
+    engine.set_drafter("hybrid")  # no draft model: falls back to lookup
+    assert engine.drafter_mode == "lookup"
+    with pytest.raises(PromptError):
+        engine.set_drafter("medusa")
+
+
+def test_empty_prompt_is_refused(engine):
+    with pytest.raises(PromptError):
+        engine.generate("")
