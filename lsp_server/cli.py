@@ -47,6 +47,8 @@ def quiet_libraries() -> None:
     import os
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # pygls logs every message it sends or receives at INFO: far too much on a terminal.
+    logging.getLogger("pygls").setLevel(logging.WARNING)
     try:
         from transformers.utils import logging as hf_logging
 

@@ -42,9 +42,8 @@ def run_serve(args: argparse.Namespace) -> int:
         handler = logging.FileHandler(args.log_file)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logging.getLogger().handlers[:] = [handler]
-    if not args.verbose:
-        # pygls logs every message it sends at INFO: far too much for a 5 MB document.
-        logging.getLogger("pygls").setLevel(logging.WARNING)
+    if args.verbose:
+        logging.getLogger("pygls").setLevel(logging.DEBUG)
     server = create_server(settings_from_args(args))
     if args.tcp:
         server.start_tcp(args.host, args.port)

@@ -87,3 +87,10 @@ def test_binary_file_is_refused(tiny_model_dir, tmp_path):
     blob.write_bytes(b"\x00\x01\x02binary")
     out = quickdraft("complete", str(blob), "--line", "0", "--character", "0", *tiny(tiny_model_dir))
     assert out.returncode == 2 and "binary" in out.stderr
+
+
+def test_demo_runs_through_the_server(tiny_model_dir):
+    out = quickdraft("demo", *tiny(tiny_model_dir), "--drafter", "lookup", "--holes", "2", "--budget-ms", "60000",
+                     "--max-new-tokens", "8")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("file had:") == 2 and "requests · latency p50" in out.stdout
