@@ -254,3 +254,57 @@ def test_custom_notifications_are_counted(server, tmp_path):
     assert after["shown"] == before["shown"] + 1
     assert after["partiallyAccepted"] == before["partiallyAccepted"] + 1
     assert after["latencyMs"]["p50"] <= after["latencyMs"]["p90"] <= after["latencyMs"]["p99"]
+
+
+def test_low_draft_acceptance_switches_to_prompt_lookup(tiny_model_dir, tiny_draft_dir, tmp_path):
+    """An unrelated random draft model is almost never right: the server must notice and stop using it."""
+    session = ServerSession("--verifier", str(tiny_model_dir), "--draft", str(tiny_draft_dir), "--drafter", "hybrid",
+                            "--dtype", "float32",
+                            initialization_options={"budgetMs": 60000, "maxNewTokens": 40, "multiline": "always"})
+    try:
+        session.wait_for_state("ready")
+        assert session.stats()["drafter"] == "hybrid"
+        for i in range(8):
+            uri = (tmp_path / f"r{i}.py").as_uri()
+            session.open(uri, f"def f{i}(x):\n    return ")
+            session.complete(uri, 1, 11)
+            if session.stats()["drafter"] == "lookup":
+                break
+        stats = session.stats()
+        assert stats["drafter"] == "lookup"
+        assert stats["drafters"]["draft"]["acceptance"] < 0.5
+        assert any("switching to prompt-lookup" in message for message in session.logs)
+    finally:
+        session.stop()
+
+
+def test_serves_over_loopback_tcp(tiny_model_dir):
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "lsp_server.cli", "serve", "--tcp", "--port", str(port),
+                                *serve_args(tiny_model_dir)], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                connection = socket.create_connection(("127.0.0.1", port), timeout=30)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        with connection:
+            body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                               "params": {"capabilities": {}}}).encode()
+            connection.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            reply = b""
+            while b"inlineCompletionProvider" not in reply:
+                chunk = connection.recv(65536)
+                assert chunk, "connection closed before the initialize result"
+                reply += chunk
+    finally:
+        process.kill()
+        process.wait(10)
