@@ -98,6 +98,16 @@ class Editor:
         self.nv.command("redraw")
         return "".join(self.nv.funcs.screenstring(row, col) for col in range(1, width + 1)).rstrip()
 
+    def type_literal(self, ch: str):
+        """Insert one character as itself, control characters included (CTRL-V)."""
+        code = ord(ch)
+        if code < 32:
+            self.nv.input(f"<C-v><C-{chr(code + 64)}>" if ch != "\t" else "<C-v><Tab>")
+        elif code == 127:
+            self.nv.input("<C-v><Del>")
+        else:
+            self.type(ch)
+
     def type(self, keys: str):
         """Type in insert mode as a user would (pynvim input: `<` needs escaping)."""
         self.nv.input(keys.replace("<", "<lt>").replace("\n", "<CR>"))
@@ -259,7 +269,7 @@ def test_typing_through_the_suggestion_keeps_it(editor):
     if ghost[0] == "\n":
         pytest.skip("the suggestion starts with a line break")
     requests = editor.stats()["requests"]
-    editor.type(ghost[0])
+    editor.type_literal(ghost[0])
     time.sleep(0.5)
     if len(ghost) > 1:
         assert editor.ghost() == ghost[1:], "typing the suggested character advances the suggestion"

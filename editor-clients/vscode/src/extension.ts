@@ -97,18 +97,24 @@ function buildClient(): LanguageClient {
   return created;
 }
 
-/** Live draft acceptance in the status bar: re-read the server's figures, at most every 2 s. */
+/** Live draft acceptance in the status bar: re-read the server's figures after completions,
+ *  at most every 2 s (a completion inside the window is picked up at its end). */
+let refreshTimer: NodeJS.Timeout | undefined;
 function refreshAcceptance(): void {
-  const now = Date.now();
-  if (now - lastStatsRefresh < 2000 || !currentClientRunning()) return;
-  lastStatsRefresh = now;
-  const asked = client!;
-  asked.sendRequest<Record<string, any>>('quickdraft/stats', {}).then((stats) => {
-    if (client === asked && lastStatus && typeof stats?.draftAcceptance === 'number') {
-      lastStatus = { ...lastStatus, draftAcceptance: stats.draftAcceptance };
-      renderStatus();
-    }
-  }, () => undefined);
+  if (refreshTimer) return;
+  const wait = Math.max(0, lastStatsRefresh + 2000 - Date.now());
+  refreshTimer = setTimeout(() => {
+    refreshTimer = undefined;
+    lastStatsRefresh = Date.now();
+    if (!currentClientRunning()) return;
+    const asked = client!;
+    asked.sendRequest<Record<string, any>>('quickdraft/stats', {}).then((stats) => {
+      if (client === asked && lastStatus && typeof stats?.draftAcceptance === 'number') {
+        lastStatus = { ...lastStatus, draftAcceptance: stats.draftAcceptance };
+        renderStatus();
+      }
+    }, () => undefined);
+  }, wait);
 }
 
 function currentClientRunning(): boolean {
@@ -133,6 +139,8 @@ async function startClient(): Promise<void> {
 }
 
 async function stopClient(): Promise<void> {
+  if (refreshTimer) clearTimeout(refreshTimer);
+  refreshTimer = undefined;
   const old = client;
   client = undefined;
   if (!old) return;

@@ -91,20 +91,29 @@ function M.statusline()
 end
 
 local last_refresh = 0
+local refresh_pending = false
 
---- Keep the draft acceptance in M.status live: re-read the server's figures, at most every 2 s.
+--- Keep the draft acceptance in M.status live: re-read the server's figures after completions,
+--- at most every 2 s (a completion inside the window is picked up at its end).
 local function refresh_acceptance(client)
-  local now = vim.loop.now()
-  if now - last_refresh < 2000 or not M.status then
+  if refresh_pending then
     return
   end
-  last_refresh = now
-  compat.request(client, 'quickdraft/stats', {}, function(err, result)
-    if not err and type(result) == 'table' and M.status and type(result.draftAcceptance) == 'number' then
-      M.status.draftAcceptance = result.draftAcceptance
-      pcall(vim.cmd, 'doautocmd <nomodeline> User QuickdraftStatus')
+  refresh_pending = true
+  local wait = math.max(0, last_refresh + 2000 - vim.loop.now())
+  vim.defer_fn(function()
+    refresh_pending = false
+    last_refresh = vim.loop.now()
+    if not M.status then
+      return
     end
-  end)
+    compat.request(client, 'quickdraft/stats', {}, function(err, result)
+      if not err and type(result) == 'table' and M.status and type(result.draftAcceptance) == 'number' then
+        M.status.draftAcceptance = result.draftAcceptance
+        pcall(vim.cmd, 'doautocmd <nomodeline> User QuickdraftStatus')
+      end
+    end)
+  end, wait)
 end
 
 local function set_highlight()
