@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
 from engine.tiny import build_model, write_tiny_model
+from tiny_models import TINY_VOCAB, noisy_copy
 
 torch.set_num_threads(2)
-
-TINY_VOCAB = 64
-
-
-def noisy_copy(model, *, seed: int, scale: float):
-    """The same weights plus noise: a draft model that agrees with the verifier often, not always."""
-    copy = build_model(model.config.vocab_size, seed=seed, hidden_size=model.config.hidden_size,
-                       layers=model.config.num_hidden_layers)
-    copy.load_state_dict(model.state_dict())
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in copy.parameters():
-            parameter.add_(torch.randn(parameter.shape, generator=generator) * scale * parameter.std())
-    return copy
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ from engine.decoder import GenerationConfig, SpeculativeDecoder
 from engine.drafters import Draft, make_drafter
 from engine.verify import SamplingParams
 
-from conftest import TINY_VOCAB
+from tiny_models import TINY_VOCAB
 
 
 def reference(verifier, prompt: list[int], max_new_tokens: int, eos: int | None) -> list[int]:

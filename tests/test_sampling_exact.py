@@ -19,7 +19,7 @@ from engine.drafters import make_drafter
 from engine.tiny import build_model
 from engine.verify import SamplingParams, probs_from_logits, speculative_accept
 
-from conftest import noisy_copy
+from tiny_models import noisy_copy
 
 VOCAB = 8
 SAMPLES = 2000

@@ -276,3 +276,23 @@ def test_typing_through_the_suggestion_keeps_it(editor):
         assert editor.stats()["requests"] == requests, "no new request while typing through"
     editor.nv.input("<Tab>")
     wait_until(lambda: "\n".join(editor.lines()) == PREFIX + TYPED + ghost, "the accepted text")
+
+
+def test_shown_and_word_accept_are_reported(editor):
+    editor.open()
+    before = editor.stats()
+    editor.nv.input("Go")
+    editor.type(TYPED)
+    ghost = editor.wait_ghost()
+    shown = wait_until(lambda: (s := editor.stats())["shown"] > before["shown"] and s, "quickdraft/didShowCompletion")
+    editor.nv.input("<M-Right>")  # accept one word
+    wait_until(lambda: "\n".join(editor.lines()) != PREFIX + TYPED, "the word to be inserted")
+    text = "\n".join(editor.lines())
+    assert text.startswith(PREFIX + TYPED)
+    piece = text[len(PREFIX + TYPED):]
+    assert piece and ghost.startswith(piece), (piece, ghost)
+    if len(piece) < len(ghost) and "\n" not in piece:
+        assert editor.ghost() == ghost[len(piece):], "the rest of the suggestion stays on screen"
+    after = wait_until(lambda: (s := editor.stats())["partiallyAccepted"] > shown["partiallyAccepted"] and s,
+                       "quickdraft/didPartiallyAcceptCompletion")
+    assert after["accepted"] == shown["accepted"], "a word is not a full accept"
