@@ -26,6 +26,12 @@ function complete(document, position, source = h.token()) {
     { triggerKind: vscode.InlineCompletionTriggerKind.Automatic, selectedCompletionInfo: undefined }, source.token);
 }
 
+/** Inline-completion requests the language client has sent so far (from its message trace). */
+function sentRequests() {
+  return T.state.outputChannels.flatMap((c) => c.lines)
+    .filter((line) => line.includes("Sending request 'textDocument/inlineCompletion")).length;
+}
+
 function endOf(document) {
   return document.positionAt(document.getText().length);
 }
@@ -43,6 +49,7 @@ before(async () => {
     'quickdraft.drafter': 'lookup',
     'quickdraft.debounceMs': 0,
     'quickdraft.enable': true,
+    'quickdraft.trace.server': 'messages', // lets the tests count what the client sent
   }, workspace);
   assert.ok(ext.statusItem, 'a status bar item was created');
   await waitFor(() => ext.api.client()?.isRunning(), 'the language client to run');
@@ -117,10 +124,14 @@ test('accepting runs the item command, which the server counts', async () => {
 test('typing is debounced: only the last of a burst reaches the server', async () => {
   T.setSettings({ 'quickdraft.debounceMs': 200 });
   const before = (await stats()).requests;
+  const sentBefore = sentRequests();
   const sources = [h.token(), h.token(), h.token()];
   const pending = [];
   for (const [i, source] of sources.entries()) {
-    if (i > 0) sources[i - 1].cancel(); // VS Code cancels the previous request on each keystroke
+    if (i > 0) {
+      await new Promise((r) => setTimeout(r, 60)); // keystrokes 60 ms apart, inside the 200 ms debounce
+      sources[i - 1].cancel(); // VS Code cancels the previous request on each keystroke
+    }
     T.editDocument(doc, new vscode.Range(endOf(doc), endOf(doc)), i === 0 ? 'f' : 'x');
     pending.push(complete(doc, endOf(doc), source));
   }
@@ -128,8 +139,9 @@ test('typing is debounced: only the last of a burst reaches the server', async (
   assert.equal(results[0], null);
   assert.equal(results[1], null);
   assert.ok(results[2] && results[2].items.length >= 0);
+  assert.equal(sentRequests() - sentBefore, 1, 'the client sent one request for three keystrokes');
   const after = (await stats()).requests;
-  assert.equal(after - before, 1, 'one request for three keystrokes');
+  assert.equal(after - before, 1, 'the server answered one');
   T.setSettings({ 'quickdraft.debounceMs': 0 });
 });
 
@@ -137,7 +149,9 @@ test('disabled languages are not sent to the server', async () => {
   T.setSettings({ 'quickdraft.disabledLanguages': ['markdown'] });
   const md = T.openDocument(path.join(workspace, 'notes.md'), 'markdown', '# Notes\n\nSome text ');
   const before = (await stats()).requests;
+  const sentBefore = sentRequests();
   assert.equal(await complete(md, endOf(md)), null);
+  assert.equal(sentRequests(), sentBefore, 'nothing sent');
   assert.equal((await stats()).requests, before);
   T.setSettings({ 'quickdraft.disabledLanguages': [] });
   T.closeDocument(md);
@@ -148,8 +162,10 @@ test('toggle turns completions and the status bar off and on', async () => {
   assert.equal(T.state.settings['quickdraft.enable'], false);
   assert.match(ext.statusItem.text, /circle-slash/);
   const before = (await stats()).requests;
+  const sentBefore = sentRequests();
   assert.equal(await complete(doc, endOf(doc)), null);
-  assert.equal((await stats()).requests, before, 'nothing sent while off');
+  assert.equal(sentRequests(), sentBefore, 'nothing sent while off');
+  assert.equal((await stats()).requests, before, 'nothing answered while off');
   await vscode.commands.executeCommand('quickdraft.toggle');
   assert.equal(T.state.settings['quickdraft.enable'], true);
   assert.doesNotMatch(ext.statusItem.text, /circle-slash/);

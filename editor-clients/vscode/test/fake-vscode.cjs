@@ -191,7 +191,7 @@ function matchScore(selector, document) {
 function outputChannel(name) {
   const lines = [];
   const channel = {
-    name, lines, logLevel: 2, onDidChangeLogLevel: events.didChangeLogLevel.event,
+    name, lines, logLevel: 1 /* Trace: the client traces LSP messages at this level */, onDidChangeLogLevel: events.didChangeLogLevel.event,
     append: (t) => lines.push(t), appendLine: (t) => lines.push(t), replace: (t) => { lines.length = 0; lines.push(t); },
     clear: () => { lines.length = 0; }, show() {}, hide() {}, dispose() {},
   };
