@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from editors_support import NEOVIM_DIR, SETUP_HINT
+from editors_support import NEOVIM_DIR, SETUP_HINT, TEST_OUTPUT
 
 pynvim = pytest.importorskip("pynvim", reason=SETUP_HINT)
 
@@ -139,6 +139,7 @@ def editor(request, tmp_path_factory, quickdraft_bin, editor_model_dir):
     version = nvim.lua.vim.version()
     assert f"{version['major']}.{version['minor']}.{version['patch']}" == request.param
     ed = Editor(nvim, tmp)
+    ed.version = request.param
     ed.open()
     wait_until(lambda: (ed.lua("return require('quickdraft').status") or {}).get("state") == "ready",
                "quickdraft/status ready (models loaded)", timeout=180)
@@ -178,6 +179,9 @@ def test_type_see_ghost_text_accept_with_tab(editor):
     # ... and it is on the screen, right after what was typed.
     screen = editor.screen_row(row)
     assert screen == "        f.write" + first.rstrip(), (screen, first)
+    TEST_OUTPUT.mkdir(exist_ok=True)
+    (TEST_OUTPUT / f"neovim-{editor.version}-ghost-text.txt").write_text(
+        "\n".join(editor.screen_row(r) for r in range(1, row + 1 + len(rest))) + "\n")
     # <Tab> accepts: the buffer holds exactly the typed text plus the suggestion.
     editor.nv.input("<Tab>")
     wait_until(lambda: "\n".join(editor.lines()) != PREFIX + TYPED, "the accept")
