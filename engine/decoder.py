@@ -72,7 +72,7 @@ class SpeculativeDecoder:
         if self.drafter is not None:
             self.drafter.start(tokens, context_streams)
 
-        stats.prefill_tokens = self.kv.prefill(tokens[:-1])
+        stats.prefill_tokens = self.kv.prefill(tokens[:-1], cancel.is_set if cancel is not None else None)
         stats.reused_tokens = len(tokens) - 1 - stats.prefill_tokens
         stats.prefill_ms = (time.monotonic() - started) * 1000
 

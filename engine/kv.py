@@ -7,8 +7,12 @@ cropping back to the accepted length.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from transformers import DynamicCache
+
+PREFILL_CHUNK = 128  # tokens per prefill forward: the grain at which a cold prefill can be cancelled
 
 
 def common_prefix_length(a: list[int], b: list[int]) -> int:
@@ -47,13 +51,22 @@ class KVCache:
         self.tokens.extend(new_tokens)
         return output.logits[0].float()
 
-    def prefill(self, tokens: list[int]) -> int:
-        """Make the cache hold exactly `tokens`, reusing the common prefix. Returns tokens fed."""
+    def prefill(self, tokens: list[int], should_stop: Callable[[], bool] | None = None,
+                chunk: int = PREFILL_CHUNK) -> int:
+        """Make the cache hold `tokens`, reusing the common prefix. Returns tokens fed.
+
+        Fed in chunks so a cancel lands within one chunk; a cancelled prefill keeps the
+        prefix it got through, which the next request then reuses.
+        """
         self.crop(common_prefix_length(self.tokens, tokens))
-        missing = tokens[len(self.tokens):]
-        if missing:
-            self.forward(missing, logits_for=1)
-        return len(missing)
+        fed = 0
+        while len(self.tokens) < len(tokens):
+            if should_stop is not None and should_stop():
+                break
+            piece = tokens[len(self.tokens):len(self.tokens) + chunk]
+            self.forward(piece, logits_for=1)
+            fed += len(piece)
+        return fed
 
     def logits_after(self, tokens: list[int]) -> torch.Tensor:
         """Next-token logits after `tokens`, feeding only what the cache lacks (at least one token)."""

@@ -3,6 +3,7 @@
 Each filter is a small pure function (text in, text out) with its own table of tests;
 ``postprocess`` chains them:
 
+0. cut before control characters and U+FFFD (garbage in an editor);
 1. single-line mode keeps the rest of the current line only;
 2. cut where the completion starts reproducing the rest of the current line;
 3. multi-line mode: trim to the syntactic scope the completion started in
@@ -210,6 +211,16 @@ def trim_to_scope(text: str, prefix: str, suffix: str, language: str | None) -> 
     return trim_to_scope_by_indentation(text, line_before, language)
 
 
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufffd]")
+
+
+def cut_at_unprintable(text: str) -> str:
+    """Stop before a control character or U+FFFD: no source code wants them, and an editor
+    shows them as garbage (U+FFFD is also what half of a multi-byte character decodes to)."""
+    match = _UNPRINTABLE.search(text)
+    return text if match is None else text[: match.start()]
+
+
 def drop_whitespace_only(text: str) -> str:
     return text if text.strip() else ""
 
@@ -295,7 +306,7 @@ def postprocess(
     if not completion.strip():
         return empty
     line_before, line_after = current_line_parts(prefix, suffix)
-    text = completion
+    text = cut_at_unprintable(completion)
     if not multiline:
         text = keep_first_line(text)
     text = cut_line_suffix_overlap(text, line_after)

@@ -45,8 +45,13 @@ class SessionBenchConfig:
     max_hole_chars: int = 300  # longer bodies are skipped: typing time grows with every character
     typing_cps: float = 6.0  # characters per second (≈ 70 words per minute)
     debounce_ms: float = 75.0  # VS Code asks for inline completions this long after the last key
-    line_pause_ms: float = 800.0  # the user's pause after Enter, where multi-line completions matter
-    settle_ms: float = 30_000.0  # after a hole is typed, wait this long at most for the last request
+    # The user pauses where a line's code starts (after Enter and the indentation), and at the
+    # empty body right after deleting it: where a multi-line suggestion is most useful.
+    line_pause_ms: float = 1000.0
+    # A patient user waits at those pauses until the suggestion arrives (at most settle_ms): on a
+    # slow machine this is the only way to measure latency and quality at all.
+    patient: bool = False
+    settle_ms: float = 60_000.0
     seed: int = 0
     # Server flags (None: the server's machine defaults, see `quickdraft serve --help`).
     verifier: str | None = None
@@ -325,13 +330,27 @@ class Typist:
         # the next key (which cancels this task) cannot cut it off.
         session.stats_tasks.append(asyncio.ensure_future(session.client.stats()))
 
+    async def pause(self) -> None:
+        """The user stops typing for a moment (or, if patient, until the suggestion arrives)."""
+        config = self.session.config
+        started = time.monotonic()
+        if config.patient and self.pending is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self.pending), config.settle_ms / 1000)
+            except asyncio.TimeoutError:
+                pass
+        rest = config.line_pause_ms / 1000 - (time.monotonic() - started)
+        if rest > 0:
+            await asyncio.sleep(rest)
+
     async def type_hole(self, start_version: int) -> int:
         """Delete the hole, then type it back; returns the document's last version."""
         session, hole, config = self.session, self.hole, self.session.config
         version = start_version + 1
-        start = _position(hole.prefix)
-        session.client.change(self.uri, version, start, _position(hole.prefix + hole.middle), "")
-        await asyncio.sleep(config.line_pause_ms / 1000)  # the user looks at the empty body first
+        session.client.change(self.uri, version, _position(hole.prefix), _position(hole.prefix + hole.middle), "")
+        # Deleting is an edit too: the editor asks for a suggestion on the empty body.
+        self.pending = asyncio.ensure_future(self.trigger(version, 0))
+        await self.pause()
         for typed, char in enumerate(hole.middle, start=1):
             await self.interrupt()
             version += 1
@@ -341,15 +360,13 @@ class Typist:
             session.typed_chars += 1
             if session.bar is not None:
                 session.bar.update(1)
-            delay = 1 / config.typing_cps + (config.line_pause_ms / 1000 if char == "\n" else 0.0)
-            await asyncio.sleep(delay)
-        # Let the last request finish (the user stops typing at the end of the body).
-        if self.pending is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(self.pending), config.settle_ms / 1000)
-            except asyncio.TimeoutError:
-                pass
-        await self.interrupt()
+            line_so_far = hole.middle[:typed].rsplit("\n", 1)[-1]
+            next_char = hole.middle[typed:typed + 1]
+            if "\n" in hole.middle[:typed] and not line_so_far.strip() and next_char.strip():
+                await self.pause()  # at the first character of a new line's code
+            else:
+                await asyncio.sleep(1 / config.typing_cps)
+        await self.interrupt()  # the user moves on: whatever is in flight is cancelled
         return version
 
 

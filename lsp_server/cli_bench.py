@@ -53,7 +53,10 @@ def add_parsers(sub) -> None:
     session.add_argument("--max-hole-chars", type=int, help="skip longer bodies (default 300; --quick 120)")
     session.add_argument("--cps", type=float, help="typing speed, characters per second (default 6)")
     session.add_argument("--debounce-ms", type=float, help="pause before an automatic request (default 75, like VS Code)")
-    session.add_argument("--line-pause-ms", type=float, help="the user's pause after Enter (default 800)")
+    session.add_argument("--line-pause-ms", type=float,
+                         help="the user's pause where a line's code starts and at the emptied body (default 1000)")
+    session.add_argument("--patient", action="store_true",
+                         help="at those pauses, wait until the suggestion arrives (for slow machines)")
     session.add_argument("--budget-ms", type=float, help="server latency budget (default: the server's, 200)")
     session.add_argument("--max-new-tokens", type=int, help="server max new tokens (default: the server's)")
     session.add_argument("--device", help="server device")
@@ -134,7 +137,7 @@ def run_session(args: argparse.Namespace) -> int:
         max_hole_chars=_pick(args.max_hole_chars, args.quick, 120, defaults.max_hole_chars),
         typing_cps=_pick(args.cps, False, None, defaults.typing_cps),
         debounce_ms=_pick(args.debounce_ms, False, None, defaults.debounce_ms),
-        line_pause_ms=_pick(args.line_pause_ms, False, None, defaults.line_pause_ms),
+        line_pause_ms=_pick(args.line_pause_ms, False, None, defaults.line_pause_ms), patient=args.patient,
         seed=args.seed, verifier=args.verifier, draft=args.draft, drafters=tuple(args.drafter or [None]),
         dtype=args.dtype, device=args.device, budget_ms=args.budget_ms, max_new_tokens=args.max_new_tokens,
         adaptive_drafting=False if args.no_adaptive_drafting else None, progress=not args.no_progress,

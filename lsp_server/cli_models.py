@@ -44,6 +44,19 @@ def add_parsers(sub) -> None:
     remove.add_argument("name", help=f"one of: {_names()}")
     remove.set_defaults(handler=_remove)
 
+    tiny = actions.add_parser("tiny", help="write a tiny random model (real tokenizer, nonsense output) for tests")
+    tiny.add_argument("directory")
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.set_defaults(handler=_tiny)
+
+
+def _tiny(args: argparse.Namespace) -> int:
+    from engine.tiny import write_tiny_model
+
+    path = write_tiny_model(args.directory, seed=args.seed)
+    print(f"tiny model written to {path} (float32; its completions are deterministic nonsense)")
+    return 0
+
 
 def _pull(args: argparse.Namespace) -> int:
     for installed in registry.pull(args.name, source=args.source, force=args.force):

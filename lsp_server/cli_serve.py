@@ -20,6 +20,7 @@ def add_parsers(sub) -> None:
     serve.add_argument("--dtype", help="bfloat16 | float16 | float32")
     serve.add_argument("--device", help="cpu | cuda | cuda:N")
     serve.add_argument("--tcp", action="store_true", help="listen on TCP instead of stdio")
+    serve.add_argument("--stdio", action="store_true", help="use stdio (the default; accepted because clients pass it)")
     serve.add_argument("--host", default="127.0.0.1", help="TCP address (default 127.0.0.1: this machine only)")
     serve.add_argument("--port", type=int, default=2087)
     serve.add_argument("--log-file", help="write logs here instead of stderr")
@@ -44,6 +45,10 @@ def run_serve(args: argparse.Namespace) -> int:
         logging.getLogger().handlers[:] = [handler]
     if args.verbose:
         logging.getLogger("pygls").setLevel(logging.DEBUG)
+    elif not args.log_file:
+        # Editors show the server's stderr as errors: keep it for warnings. The client hears
+        # about loading and readiness through quickdraft/status anyway.
+        logging.getLogger().setLevel(logging.WARNING)
     server = create_server(settings_from_args(args))
     if args.tcp:
         server.start_tcp(args.host, args.port)

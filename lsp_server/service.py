@@ -56,7 +56,10 @@ class CompletionService:
     # -- models ---------------------------------------------------------------------
     def status(self, state: str, message: str) -> None:
         self.state = state
-        rate = self.telemetry.snapshot(self.drafter_mode)["draftAcceptance"]
+        self.send_status(state, message)
+
+    def send_status(self, state: str, message: str) -> None:
+        rate = self.telemetry.draft_acceptance()
         self.notify("quickdraft/status", {"state": state, "message": message, "draftAcceptance": rate})
 
     @property
@@ -143,6 +146,7 @@ class CompletionService:
             return current is None or current.version != version
 
         loop = asyncio.get_running_loop()
+        self.notify_progress("busy")
 
         def job(cancel):
             result = engine.complete(request, cancel=cancel)
@@ -214,6 +218,12 @@ class CompletionService:
     def finished(self, started: float, cursor: Cursor, result) -> None:
         self.record(started, cursor, "model", result=result)
         self.maybe_retune()
+        self.notify_progress("ready")
+
+    def notify_progress(self, state: str) -> None:
+        """busy while the engine works, ready after, with the live draft acceptance for status bars."""
+        if self.state == "ready":
+            self.send_status(state, state)
 
     def maybe_retune(self) -> None:
         if not self.settings.adaptive_drafting or self.engine is None:
@@ -225,8 +235,7 @@ class CompletionService:
         engine = self.engine
         asyncio.ensure_future(self.scheduler.call(lambda: engine.set_drafter(mode)))
         self.log_message(f"quickdraft: {reason}", types.MessageType.Info)
-        self.notify("quickdraft/status", {"state": "ready", "message": reason, "draftAcceptance":
-                                          self.telemetry.window_acceptance("draft")[0]})
+        self.send_status("ready", reason)
 
     def stats(self) -> dict:
         snapshot = self.telemetry.snapshot(self.drafter_mode)

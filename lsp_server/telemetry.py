@@ -114,8 +114,11 @@ class Telemetry:
         return "lookup", reason
 
     # -- the stats request ------------------------------------------------------------
-    def snapshot(self, drafter: str) -> dict:
+    def draft_acceptance(self) -> float | None:
         drafted, accepted = self.totals["drafted"], self.totals["accepted"]
+        return accepted / drafted if drafted else None
+
+    def snapshot(self, drafter: str) -> dict:
         latencies = list(self.latencies)
         model_records = [r for r in self.recent if r.source == "model"]
         shown = len(self.shown)
@@ -123,7 +126,7 @@ class Telemetry:
             "drafter": drafter,
             "requests": self.counts["requests"],
             "counts": dict(self.counts),
-            "draftAcceptance": accepted / drafted if drafted else None,
+            "draftAcceptance": self.draft_acceptance(),
             "tau": self.totals["emitted"] / self.totals["verifier_passes"] if self.totals["verifier_passes"] else None,
             "drafters": {name: dict(v, acceptance=v["accepted"] / v["drafted"] if v["drafted"] else None)
                          for name, v in self.per_drafter.items()},

@@ -182,7 +182,7 @@ def test_session_bench_end_to_end_through_the_server(tiny_model_dir, tiny_draft_
     out = tmp_path / "session"
     code = cli_main(["bench", "session", str(source), "--verifier", str(tiny_model_dir), "--draft", str(tiny_draft_dir),
                      "--drafter", "hybrid", "--dtype", "float32", "--files", "1", "--holes-per-file", "2",
-                     "--max-hole-chars", "80", "--cps", "25", "--debounce-ms", "20", "--line-pause-ms", "400",
+                     "--max-hole-chars", "80", "--cps", "25", "--debounce-ms", "20", "--line-pause-ms", "100", "--patient",
                      "--budget-ms", "10000", "--max-new-tokens", "8", "--out", str(out), "--no-progress"])
     assert code == 0
     assert "p50 ms" in capsys.readouterr().out
@@ -192,7 +192,8 @@ def test_session_bench_end_to_end_through_the_server(tiny_model_dir, tiny_draft_
     requests = result["requests"]
     assert requests and result["request_count"] == len(requests)
     answered = [r for r in requests if r["status"] == "answered"]
-    assert result["answered"] == len(answered) >= 2  # at least the last request of each hole
+    # Patient: at least the request on each emptied body and at each line start is answered.
+    assert result["answered"] == len(answered) >= 2
     assert result["answered"] + result["cancelled"] + result["errors"] == len(requests)
     lat = result["latency_ms"]
     assert lat["n"] == len(answered)

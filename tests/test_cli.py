@@ -90,7 +90,16 @@ def test_binary_file_is_refused(tiny_model_dir, tmp_path):
 
 
 def test_demo_runs_through_the_server(tiny_model_dir):
-    out = quickdraft("demo", *tiny(tiny_model_dir), "--drafter", "lookup", "--holes", "2", "--budget-ms", "60000",
+    out = quickdraft("demo", *tiny(tiny_model_dir), "--draft", "none", "--drafter", "lookup", "--holes", "2",
+                     "--budget-ms", "60000",
                      "--max-new-tokens", "8")
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("file had:") == 2 and "requests · latency p50" in out.stdout
+
+
+def test_models_tiny_writes_a_loadable_model(tmp_path):
+    out = quickdraft("models", "tiny", str(tmp_path / "t"), "--seed", "3")
+    assert out.returncode == 0, out.stderr
+    generated = quickdraft("generate", "--verifier", str(tmp_path / "t"), "--drafter", "lookup", "--dtype", "float32",
+                           "--prompt-file", "-", "--max-new-tokens", "3", "--json", input="x = ")
+    assert len(json.loads(generated.stdout)["token_ids"]) == 3

@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from engine.decoder import GenerationConfig, SpeculativeDecoder
@@ -134,3 +135,35 @@ def test_prompt_lookup_index_is_incremental():
     index.extend([5])  # "1 2" now last followed by 5: the most recent occurrence wins
     assert index.continuation([9, 1, 2], 3) == (2, [5])
     assert index.continuation([7, 7], 3) == (0, [])
+
+
+def test_chunked_prefill_is_exact_and_a_cancelled_prefill_is_reused(verifier):
+    from engine.kv import KVCache
+
+    prompt = [(7 * i) % 60 + 1 for i in range(40)]
+    whole = KVCache(verifier)
+    whole.prefill(prompt, chunk=1000)
+    chunked = KVCache(verifier)
+    chunked.prefill(prompt, chunk=7)
+    assert torch.allclose(whole.forward([3]), chunked.forward([3]), atol=1e-5)
+
+    calls = []
+    cache = KVCache(verifier)
+    fed = cache.prefill(prompt, should_stop=lambda: calls.append(1) or len(calls) > 2, chunk=10)
+    assert fed == 20 and len(cache) == 20  # stopped after two chunks, and keeps what it fed
+    assert cache.prefill(prompt, chunk=10) == 20  # the next request feeds only the rest
+
+
+def test_cancel_during_a_cold_prefill_returns_without_decoding(verifier):
+    cancel = threading.Event()
+    decoder = SpeculativeDecoder(verifier, None)
+    original = decoder.kv.forward
+
+    def forward_then_cancel(tokens, **kwargs):
+        cancel.set()  # a newer request arrives while the first chunk is being fed
+        return original(tokens, **kwargs)
+
+    decoder.kv.forward = forward_then_cancel
+    result = decoder.generate(list(range(1, 60)) * 6, GenerationConfig(max_new_tokens=5), cancel=cancel)
+    assert result.stop_reason == "cancelled" and result.stats.verifier_passes == 0
+    assert result.stats.prefill_tokens == 128  # one chunk, then the cancel was seen

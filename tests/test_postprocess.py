@@ -12,6 +12,7 @@ from engine.postprocess import (
     cut_line_suffix_overlap,
     cut_suffix_lines_overlap,
     drop_repeated_lines,
+    cut_at_unprintable,
     drop_whitespace_only,
     keep_first_line,
     postprocess,
@@ -177,6 +178,17 @@ def test_trim_to_scope(prefix, completion, suffix, language, expected):
 
 
 # -- whitespace ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("return x\n\tpass", "return x\n\tpass"),  # tabs and newlines are code
+    ("abc\x00def", "abc"),
+    ("x = 1\x1b[31m", "x = 1"),
+    ("name = 'caf\ufffd", "name = 'caf"),  # half of a multi-byte character
+    ("\x01", ""),
+])
+def test_cut_at_unprintable(text, expected):
+    assert cut_at_unprintable(text) == expected
 
 
 @pytest.mark.parametrize("text, expected", [("", ""), ("  \n\t\n", ""), (" x ", " x ")])
