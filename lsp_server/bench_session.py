@@ -416,11 +416,11 @@ class SessionRun:
         """One completion before measuring: first-call allocations stay out of the figures."""
         if not self.files:
             return
-        path, text, holes = self.files[0]
+        path, text, _ = self.files[0]
         uri = "file:///bench/warm-up/" + path.name
-        hole = holes[0]
-        self.client.open(uri, hole.prefix + hole.suffix, 1)
-        _, future = self.client.request_completion(uri, _position(hole.prefix))
+        # At the end of the file: a prompt unlike the measured ones, so their caches start cold.
+        self.client.open(uri, text, 1)
+        _, future = self.client.request_completion(uri, _position(text))
         try:
             await asyncio.wait_for(future, self.config.settle_ms / 1000 * 2)
         except (asyncio.TimeoutError, Exception) as error:
