@@ -40,6 +40,11 @@ HF_MODES = ("hf-greedy", "hf-assisted", "hf-prompt-lookup")
 QD_MODES = ("quickdraft-lookup", "quickdraft-draft", "quickdraft-hybrid")
 DEFAULT_MODES = HF_MODES + QD_MODES
 ALL_MODES = DEFAULT_MODES + ("quickdraft-none",)
+TUNED = "+tuned"  # "quickdraft-hybrid+tuned": the same drafter with EngineBenchConfig.tuned knobs, side by side
+
+
+def valid_mode(mode: str) -> bool:
+    return mode in ALL_MODES or (mode.endswith(TUNED) and mode.removesuffix(TUNED) in QD_MODES)
 BASELINE = "hf-greedy"
 # Issue 5's targets for the hybrid drafter: tokens/s ratio against each baseline.
 TARGETS = {"hf-greedy": 2.5, "hf-assisted": 1.5, "hf-prompt-lookup": 1.5}
@@ -70,6 +75,7 @@ class EngineBenchConfig:
     suffix_tokens: int = 256
     hf_lookup_tokens: int = 10  # prompt_lookup_num_tokens (the PLD paper's and HF docs' value)
     knobs: DrafterKnobs = field(default_factory=DrafterKnobs)
+    tuned: DrafterKnobs | None = None  # knobs of the "+tuned" modes
     progress: bool = True
 
 
@@ -189,8 +195,8 @@ class EngineBench:
         helper = CompletionEngine(verifier, None, drafter="none")
         self.template = helper.template
         self.eos_ids = helper.stop_token_ids(self.template.stop_tokens)
-        self.modes = [m for m in config.modes if draft is not None or m not in ("hf-assisted", "quickdraft-draft",
-                                                                                 "quickdraft-hybrid")]
+        needs_draft = ("hf-assisted", "quickdraft-draft", "quickdraft-hybrid")
+        self.modes = [m for m in config.modes if draft is not None or m.removesuffix(TUNED) not in needs_draft]
         if len(self.modes) < len(config.modes):
             log.warning("no draft model: skipping %s", ", ".join(sorted(set(config.modes) - set(self.modes))))
         self.effective_knobs: dict = {}
@@ -264,12 +270,20 @@ class EngineBench:
             prompt_forward_s=probe.first_s + (draft_probe.first_s if draft_probe else 0.0),
         )
 
+    def _knobs(self, mode: str) -> DrafterKnobs:
+        if mode.endswith(TUNED):
+            if self.config.tuned is None:
+                raise ValueError(f"mode {mode} needs EngineBenchConfig.tuned knobs")
+            return self.config.tuned
+        return self.config.knobs
+
     def make_drafter(self, mode: str):
         """A fresh drafter (empty caches) for a quickdraft mode, with the knobs applied."""
         from engine.drafters import make_drafter
 
-        knobs = self.config.knobs
-        name = mode.removeprefix("quickdraft-")
+        knobs = self._knobs(mode)
+        name = mode.removesuffix(TUNED).removeprefix("quickdraft-")
+        effective = self.effective_knobs.setdefault(mode, {})
         draft_model = self.draft.model if self.draft is not None else None
         drafter = make_drafter(name, draft_model, max_draft_tokens=knobs.max_draft_tokens)
         if drafter is None:
@@ -281,20 +295,20 @@ class EngineBench:
                 lookup.min_n = knobs.lookup_min_n
             if knobs.lookup_max_n is not None:
                 lookup.max_n = knobs.lookup_max_n
-            self.effective_knobs.update(lookup_min_n=lookup.min_n, lookup_max_n=lookup.max_n,
-                                        lookup_max_tokens=lookup.length.maximum)
+            effective.update(lookup_min_n=lookup.min_n, lookup_max_n=lookup.max_n,
+                             lookup_max_tokens=lookup.length.maximum)
         if model_drafter is not None:
             if knobs.confidence_threshold is not None:
                 model_drafter.confidence_threshold = knobs.confidence_threshold
             if knobs.draft_initial_length is not None:
                 model_drafter.length.value = knobs.draft_initial_length
-            self.effective_knobs.update(confidence_threshold=model_drafter.confidence_threshold,
-                                        draft_max_tokens=model_drafter.length.maximum)
+            effective.update(confidence_threshold=model_drafter.confidence_threshold,
+                             draft_max_tokens=model_drafter.length.maximum, draft_initial_length=model_drafter.length.value)
         if name == "hybrid":
             if knobs.hybrid_min_match is not None:
                 drafter.min_match = knobs.hybrid_min_match
-            self.effective_knobs["hybrid_min_match"] = drafter.min_match
-        self.effective_knobs["max_draft_tokens"] = knobs.max_draft_tokens
+            effective["hybrid_min_match"] = drafter.min_match
+        effective["max_draft_tokens"] = knobs.max_draft_tokens
         return drafter
 
     def _run_quickdraft(self, mode: str, prompt: Prompt, max_new_tokens: int, index: int) -> Run:
@@ -303,7 +317,7 @@ class EngineBench:
         from engine.decoder import GenerationConfig, SpeculativeDecoder
 
         decoder = SpeculativeDecoder(self.verifier.model, self.make_drafter(mode), self.tokenizer)
-        config = GenerationConfig(max_new_tokens=max_new_tokens, max_draft_tokens=self.config.knobs.max_draft_tokens,
+        config = GenerationConfig(max_new_tokens=max_new_tokens, max_draft_tokens=self._knobs(mode).max_draft_tokens,
                                   eos_token_ids=self.eos_ids)
         # The draft model's first forward reads the prompt, as the assistant's does in HF assisted.
         draft_probe = ForwardProbe(self.draft.model) if self.draft is not None else None
@@ -643,6 +657,7 @@ def run_engine_bench(verifier, draft, holes: Sequence[Hole], config: EngineBench
     config_dict["cache"] = "cold for every run: a fresh decoder and drafter per prompt and mode"
     modes = summarize(runs, bench.modes, len(holes))
     exact_modes = [m for m in modes if m["name"].startswith("quickdraft-")]
+    config_dict["tuned"] = asdict(config.tuned) if config.tuned is not None else None
     return {
         "benchmark": "engine",
         "environment": env,

@@ -42,6 +42,9 @@ def add_parsers(sub) -> None:
     knobs.add_argument("--confidence-threshold", type=float, help="draft model stops below this probability")
     knobs.add_argument("--hybrid-min-match", type=int, help="n-gram length for lookup to preempt the draft model")
     knobs.add_argument("--draft-initial-length", type=int)
+    knobs.add_argument("--tuned", metavar="KNOB=VALUE,...",
+                       help="also run quickdraft-hybrid+tuned (or the +tuned modes named in --modes) with these knobs, "
+                            "e.g. confidence_threshold=0.8,hybrid_min_match=3")
     engine.set_defaults(handler=run_engine)
 
     session = kinds.add_parser("session", help="type through real files into `quickdraft serve`, measure every completion")
@@ -82,16 +85,22 @@ def _pick(value, quick: bool, quick_value, default):
 
 
 def run_engine(args: argparse.Namespace) -> int:
-    from engine.bench import ALL_MODES, DEFAULT_MODES, DrafterKnobs, EngineBenchConfig, format_table, \
-        run_engine_bench, write_plots
+    from engine.bench import ALL_MODES, DEFAULT_MODES, TUNED, DrafterKnobs, EngineBenchConfig, format_table, \
+        run_engine_bench, valid_mode, write_plots
     from engine.bench_corpus import default_corpus, expand_paths, make_holes
     from engine.errors import QuickdraftError
     from engine.models import check_pair, load_model
 
     modes = tuple(m.strip() for m in args.modes.split(",")) if args.modes else DEFAULT_MODES
-    unknown = [m for m in modes if m not in ALL_MODES]
+    tuned = _parse_knobs(args.tuned, args.max_draft_tokens) if args.tuned else None
+    if tuned is not None and not any(m.endswith(TUNED) for m in modes):
+        modes = (*modes, "quickdraft-hybrid" + TUNED)
+    unknown = [m for m in modes if not valid_mode(m)]
     if unknown:
-        raise QuickdraftError(f"unknown mode(s) {', '.join(unknown)}; choose from {', '.join(ALL_MODES)}")
+        raise QuickdraftError(f"unknown mode(s) {', '.join(unknown)}; choose from {', '.join(ALL_MODES)} "
+                              f"(quickdraft modes also as <mode>{TUNED} with --tuned)")
+    if tuned is None and any(m.endswith(TUNED) for m in modes):
+        raise QuickdraftError(f"the {TUNED} modes need --tuned KNOB=VALUE,...")
     config = EngineBenchConfig(
         holes=_pick(args.holes, args.quick, 3, 6),
         max_new_tokens=_pick(args.max_new_tokens, args.quick, 32, 64),
@@ -102,7 +111,7 @@ def run_engine(args: argparse.Namespace) -> int:
         knobs=DrafterKnobs(max_draft_tokens=args.max_draft_tokens, lookup_min_n=args.lookup_min_n,
                            lookup_max_n=args.lookup_max_n, confidence_threshold=args.confidence_threshold,
                            hybrid_min_match=args.hybrid_min_match, draft_initial_length=args.draft_initial_length),
-        progress=not args.no_progress,
+        tuned=tuned, progress=not args.no_progress,
     )
     files = (expand_paths(args.paths, args.seed) if args.paths
              else default_corpus(config.holes * 3, args.seed))  # spare files: not every file has every hole kind
@@ -110,7 +119,7 @@ def run_engine(args: argparse.Namespace) -> int:
     if not holes:
         raise QuickdraftError("no FIM hole could be cut from the corpus; name other source files or folders")
 
-    needs_draft = any(m in ("hf-assisted", "quickdraft-draft", "quickdraft-hybrid") for m in modes)
+    needs_draft = any(m.removesuffix(TUNED) in ("hf-assisted", "quickdraft-draft", "quickdraft-hybrid") for m in modes)
     verifier = load_model(args.verifier, dtype=args.dtype, role="verifier")
     draft = None
     if needs_draft and args.draft != "none":
@@ -125,6 +134,27 @@ def run_engine(args: argparse.Namespace) -> int:
     print(format_table(result))
     print(f"wrote {out / 'engine.json'}, {', '.join(str(p) for p in plots)}")
     return 0
+
+
+def _parse_knobs(text: str, max_draft_tokens: int):
+    """"confidence_threshold=0.8,hybrid_min_match=3" → DrafterKnobs."""
+    from dataclasses import fields
+
+    from engine.bench import DrafterKnobs
+    from engine.errors import QuickdraftError
+
+    types = {f.name: (float if "float" in str(f.type) else int) for f in fields(DrafterKnobs)}
+    values: dict = {"max_draft_tokens": max_draft_tokens}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, _, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if key not in types or not value:
+            raise QuickdraftError(f"--tuned: expected KNOB=VALUE with KNOB one of {', '.join(types)}; got {item!r}")
+        try:
+            values[key] = types[key](value)
+        except ValueError:
+            raise QuickdraftError(f"--tuned: {key} needs a number, got {value!r}") from None
+    return DrafterKnobs(**values)
 
 
 def run_session(args: argparse.Namespace) -> int:

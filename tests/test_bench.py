@@ -127,6 +127,7 @@ def test_engine_bench_end_to_end_on_tiny_models(tiny_model_dir, tiny_draft_dir, 
     code = cli_main(["bench", "engine", "--quick", "--verifier", str(tiny_model_dir), "--draft", str(tiny_draft_dir),
                      "--dtype", "float32", "--holes", "3", "--max-new-tokens", "12", "--prefix-tokens", "192",
                      "--suffix-tokens", "64", "--modes", ",".join(ENGINE_MODES + ("quickdraft-none",)),
+                     "--tuned", "confidence_threshold=0.8,hybrid_min_match=3",
                      "--out", str(out), "--no-progress"])
     assert code == 0
     table = capsys.readouterr().out
@@ -158,10 +159,16 @@ def test_engine_bench_end_to_end_on_tiny_models(tiny_model_dir, tiny_draft_dir, 
     assert modes["quickdraft-none"]["tau"] == 1.0 and modes["quickdraft-none"]["drafted"] == 0
     assert modes["hf-assisted"]["drafted"] > 0 and modes["quickdraft-draft"]["drafted"] > 0
     # Float32: quickdraft's output is the verifier's own greedy output, token for token.
-    for name in ("quickdraft-lookup", "quickdraft-draft", "quickdraft-hybrid", "quickdraft-none"):
+    for name in ("quickdraft-lookup", "quickdraft-draft", "quickdraft-hybrid", "quickdraft-none",
+                 "quickdraft-hybrid+tuned"):
         assert modes[name]["identical_completions"] == 1.0, name
         assert modes[name]["first_difference_median"] is None, name
     assert result["quickdraft_identical_to_hf_greedy"] is True
+
+    knobs = result["config"]["knobs_effective"]
+    assert knobs["quickdraft-hybrid+tuned"]["confidence_threshold"] == 0.8
+    assert knobs["quickdraft-hybrid+tuned"]["hybrid_min_match"] == 3
+    assert knobs["quickdraft-hybrid"]["confidence_threshold"] != 0.8 or knobs["quickdraft-hybrid"]["hybrid_min_match"] != 3
 
     targets = {t["versus"]: t for t in result["targets"]}
     assert set(targets) == {"hf-greedy", "hf-assisted", "hf-prompt-lookup"}
