@@ -115,6 +115,10 @@ def build_model(
     return model
 
 
+def _printable(text: str) -> bool:
+    return bool(text) and "\ufffd" not in text and all(c.isprintable() or c in "\n\t" for c in text)
+
+
 def write_tiny_model(directory: str | Path, *, seed: int = 0, hidden_size: int = 64, layers: int = 2) -> Path:
     """Write a tiny model + tokenizer to `directory` (loadable with `from_pretrained`)."""
     import torch
@@ -126,11 +130,14 @@ def write_tiny_model(directory: str | Path, *, seed: int = 0, hidden_size: int =
         len(tokenizer), seed=seed, hidden_size=hidden_size, layers=layers,
         eos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
     )
-    # A random model picks special tokens as often as any other, so its completions would
-    # mostly end at once; zero their output rows so it writes text until max_new_tokens.
-    special_ids = tokenizer.convert_tokens_to_ids(QWEN_SPECIAL_TOKENS)
+    # A random model picks any token as often as any other. Zero the output rows of special
+    # tokens (its completions would end at once) and of tokens that are not printable text
+    # on their own (control bytes, halves of UTF-8 characters): what it writes is then
+    # nonsense an editor can show, until max_new_tokens.
+    silenced = [i for i in range(len(tokenizer)) if not _printable(tokenizer.decode([i]))]
+    silenced += tokenizer.convert_tokens_to_ids(QWEN_SPECIAL_TOKENS)
     with torch.no_grad():
-        model.lm_head.weight[special_ids] = 0.0
+        model.lm_head.weight[silenced] = 0.0
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
