@@ -460,10 +460,13 @@ def summarize(run: SessionRun) -> dict:
         "latency_ms": spread(latencies),
         "latency_ms_model": spread([r.latency_ms for r in model]),
         "within_budget": round(sum(bool(r.within_budget) for r in answered) / len(answered), 4) if answered else None,
+        "within_budget_model": round(sum(bool(r.within_budget) for r in model) / len(model), 4) if model else None,
         "budget_ms": run.budget_ms,
         "shown_rate": round(len(shown) / len(answered), 4) if answered else None,
         "exact_match_rate": round(len(exact) / len(shown), 4) if shown else None,
         "exact_match_rate_answered": round(len(exact) / len(answered), 4) if answered else None,
+        "exact_match_rate_model": (round(sum(r.exact_match for r in model if r.shown) / sum(bool(r.shown) for r in model), 4)
+                                   if any(r.shown for r in model) else None),
         "accepted_chars_per_request": round(sum(r.accepted_chars for r in answered) / len(answered), 2)
         if answered else None,
         "accepted_chars_per_shown": round(sum(r.accepted_chars for r in shown) / len(shown), 2) if shown else None,

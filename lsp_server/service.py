@@ -159,8 +159,6 @@ class CompletionService:
         except Superseded:
             self.telemetry.count("superseded")
             return EMPTY
-        except asyncio.CancelledError:
-            raise
         except QuickdraftError as error:
             self.telemetry.count("errors")
             self.log_message(f"quickdraft: {error}", types.MessageType.Warning)

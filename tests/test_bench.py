@@ -205,7 +205,8 @@ def test_session_bench_end_to_end_through_the_server(tiny_model_dir, tiny_draft_
     lat = result["latency_ms"]
     assert lat["n"] == len(answered)
     assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
-    for key in ("within_budget", "shown_rate", "exact_match_rate", "exact_match_rate_answered", "draft_acceptance"):
+    for key in ("within_budget", "within_budget_model", "shown_rate", "exact_match_rate", "exact_match_rate_answered",
+                "exact_match_rate_model", "draft_acceptance"):
         _check_rate(result[key], key)
     assert result["tau"] is None or result["tau"] >= 1.0
     assert result["typed_chars"] == sum(len(h["middle"]) for h in result["holes"])
