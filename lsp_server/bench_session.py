@@ -14,7 +14,6 @@ No tensors here: the server process does all the model work.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import math
 import os
@@ -23,7 +22,7 @@ import random
 import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 

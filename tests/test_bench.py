@@ -11,7 +11,6 @@ import json
 import random
 import textwrap
 
-import pytest
 
 from engine.bench import first_difference, positions_matching
 from engine.bench_corpus import HOLE_KINDS, body_holes, default_corpus, make_holes, midline_holes, statement_end_holes
