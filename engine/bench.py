@@ -74,6 +74,10 @@ class EngineBenchConfig:
     prefix_tokens: int = 1024  # the engine's default context budget
     suffix_tokens: int = 256
     hf_lookup_tokens: int = 10  # prompt_lookup_num_tokens (the PLD paper's and HF docs' value)
+    # False: every mode decodes exactly max_new_tokens (EOS is a token like any other), so tokens/s
+    # compares equal amounts of work even where bf16 flips make one mode stop early and another not.
+    # True: stop at EOS / FIM stop tokens, as a completion does.
+    stop_at_eos: bool = False
     knobs: DrafterKnobs = field(default_factory=DrafterKnobs)
     tuned: DrafterKnobs | None = None  # knobs of the "+tuned" modes
     progress: bool = True
@@ -194,7 +198,8 @@ class EngineBench:
         # Used only for its FIM template and stop tokens, so every mode stops on the same ids.
         helper = CompletionEngine(verifier, None, drafter="none")
         self.template = helper.template
-        self.eos_ids = helper.stop_token_ids(self.template.stop_tokens)
+        self.stop_ids = helper.stop_token_ids(self.template.stop_tokens)
+        self.eos_ids = self.stop_ids if config.stop_at_eos else []
         needs_draft = ("hf-assisted", "quickdraft-draft", "quickdraft-hybrid")
         self.modes = [m for m in config.modes if draft is not None or m.removesuffix(TUNED) not in needs_draft]
         if len(self.modes) < len(config.modes):
@@ -216,10 +221,10 @@ class EngineBench:
         return self._run_quickdraft(mode, prompt, max_new_tokens, index)
 
     def _hf_generation_kwargs(self, max_new_tokens: int) -> dict:
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_ids[0]
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.stop_ids[0]
         # Explicit plain greedy: a model's own generation_config may ask for sampling or a repetition penalty.
         return {"max_new_tokens": max_new_tokens, "do_sample": False, "num_beams": 1, "repetition_penalty": 1.0,
-                "eos_token_id": list(self.eos_ids), "pad_token_id": pad}
+                "eos_token_id": list(self.eos_ids) or None, "pad_token_id": pad}
 
     def _run_hf(self, mode: str, prompt: Prompt, max_new_tokens: int, index: int) -> Run:
         import torch
@@ -229,10 +234,18 @@ class EngineBench:
         input_ids = torch.tensor([prompt.token_ids], dtype=torch.long, device=device)
         kwargs: dict = {"attention_mask": torch.ones_like(input_ids)}
         saved_assistant_config = None
+        saved_config = model.generation_config
+        if not self.eos_ids:
+            # No EOS anywhere, or generate falls back to the model's own and stops there.
+            model.generation_config = copy.deepcopy(saved_config)
+            model.generation_config.eos_token_id = None
         if mode == "hf-assisted":
             kwargs["assistant_model"] = self.draft.model
             # HF tunes the assistant's confidence threshold in place; every run starts from the defaults.
-            saved_assistant_config = copy.deepcopy(self.draft.model.generation_config)
+            saved_assistant_config = self.draft.model.generation_config
+            self.draft.model.generation_config = copy.deepcopy(saved_assistant_config)
+            if not self.eos_ids:
+                self.draft.model.generation_config.eos_token_id = None
         elif mode == "hf-prompt-lookup":
             kwargs["prompt_lookup_num_tokens"] = self.config.hf_lookup_tokens
         probe = ForwardProbe(model)
@@ -248,6 +261,7 @@ class EngineBench:
             probe.close()
             if draft_probe is not None:
                 draft_probe.close()
+            model.generation_config = saved_config
             if saved_assistant_config is not None:
                 self.draft.model.generation_config = saved_assistant_config
         new = output[0, len(prompt.token_ids):].tolist()
@@ -255,6 +269,7 @@ class EngineBench:
         stops = [i for i, t in enumerate(new) if t in self.eos_ids]
         if stops:
             new = new[: stops[0] + 1]
+        new = new[:max_new_tokens]
         passes = len(probe.calls)
         # Every pass feeds the last emitted token plus its drafts; the first also feeds the prompt.
         fed = sum(n for n, _ in probe.calls)

@@ -35,6 +35,9 @@ def add_parsers(sub) -> None:
     engine.add_argument("--prefix-tokens", type=int, help="prompt budget before the cursor (default 1024; --quick 512)")
     engine.add_argument("--suffix-tokens", type=int, help="prompt budget after the cursor (default 256; --quick 128)")
     engine.add_argument("--hf-lookup-tokens", type=int, default=10, help="HF prompt_lookup_num_tokens (default 10)")
+    engine.add_argument("--stop-at-eos", action="store_true",
+                        help="stop at EOS/FIM stop tokens like a completion (default: exactly --max-new-tokens "
+                             "per mode, so every mode does the same amount of work)")
     knobs = engine.add_argument_group("quickdraft drafter knobs (default: the shipped settings)")
     knobs.add_argument("--max-draft-tokens", type=int, default=8)
     knobs.add_argument("--lookup-min-n", type=int)
@@ -107,7 +110,7 @@ def run_engine(args: argparse.Namespace) -> int:
         seed=args.seed, modes=modes, repeats=args.repeats, warmup=not args.no_warmup,
         prefix_tokens=_pick(args.prefix_tokens, args.quick, 512, 1024),
         suffix_tokens=_pick(args.suffix_tokens, args.quick, 128, 256),
-        hf_lookup_tokens=args.hf_lookup_tokens,
+        hf_lookup_tokens=args.hf_lookup_tokens, stop_at_eos=args.stop_at_eos,
         knobs=DrafterKnobs(max_draft_tokens=args.max_draft_tokens, lookup_min_n=args.lookup_min_n,
                            lookup_max_n=args.lookup_max_n, confidence_threshold=args.confidence_threshold,
                            hybrid_min_match=args.hybrid_min_match, draft_initial_length=args.draft_initial_length),

@@ -177,6 +177,7 @@ def test_engine_bench_end_to_end_on_tiny_models(tiny_model_dir, tiny_draft_dir, 
     assert len(runs) == 3 * len(modes)
     for run in runs:
         assert run["seconds"] > 0 and run["prompt_forward_s"] < run["seconds"]
+        assert len(run["token_ids"]) == 12  # every mode decodes exactly --max-new-tokens by default
 
 
 # ----------------------------------------------------------------------------- session benchmark
