@@ -332,8 +332,10 @@ class EngineBench:
         from engine.decoder import GenerationConfig, SpeculativeDecoder
 
         decoder = SpeculativeDecoder(self.verifier.model, self.make_drafter(mode), self.tokenizer)
+        # The prompt in one forward, as HF's generate reads it: in bf16 a chunked prefill rounds
+        # differently, and the first token would already differ for reasons unrelated to decoding.
         config = GenerationConfig(max_new_tokens=max_new_tokens, max_draft_tokens=self._knobs(mode).max_draft_tokens,
-                                  eos_token_ids=self.eos_ids)
+                                  eos_token_ids=self.eos_ids, prefill_chunk=None)
         # The draft model's first forward reads the prompt, as the assistant's does in HF assisted.
         draft_probe = ForwardProbe(self.draft.model) if self.draft is not None else None
         try:

@@ -1,9 +1,9 @@
 """The speculative loop: draft → verify → accept → crop → stop checks.
 
-The verifier's cache always holds every token but the last; each pass feeds
-`[last, d1..dk]`, keeps the accepted drafts, crops the rest, and the verifier's own
-next token becomes the new `last`. With no drafter this is plain decoding — the
-baseline every benchmark compares against.
+The prompt's forward gives the first token. From then on the verifier's cache holds
+every token but the last; each pass feeds `[last, d1..dk]`, keeps the accepted drafts,
+crops the rest, and the verifier's own next token becomes the new `last`. With no
+drafter this is plain decoding — the baseline every benchmark compares against.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 
 from engine.drafters.base import Draft, Drafter
 from engine.errors import PromptError
-from engine.kv import KVCache
+from engine.kv import PREFILL_CHUNK, KVCache
 from engine.stats import DecodeStats
 from engine.text_stream import TextStream
 from engine.verify import SamplingParams, accept
@@ -35,6 +35,9 @@ class GenerationConfig:
     eos_token_ids: Sequence[int] = ()
     stop_strings: Sequence[str] = ()
     deadline: float | None = None  # time.monotonic() value; the verified text so far is returned then
+    # Tokens per prefill forward, the grain at which a cold prefill can be cancelled. None:
+    # one forward, as Hugging Face's generate does (in bf16 chunks round slightly differently).
+    prefill_chunk: int | None = PREFILL_CHUNK
 
 
 @dataclass
@@ -72,36 +75,37 @@ class SpeculativeDecoder:
         if self.drafter is not None:
             self.drafter.start(tokens, context_streams)
 
-        stats.prefill_tokens = self.kv.prefill(tokens[:-1], cancel.is_set if cancel is not None else None)
-        stats.reused_tokens = len(tokens) - 1 - stats.prefill_tokens
+        # The prompt's own forward gives the first token, as in plain decoding (no draft).
+        first, stats.prefill_tokens = self.kv.prefill(
+            tokens, cancel.is_set if cancel is not None else None, config.prefill_chunk)
+        stats.reused_tokens = len(tokens) - stats.prefill_tokens
         stats.prefill_ms = (time.monotonic() - started) * 1000
 
         output: list[int] = []
-        stop_reason = ""
+        logits = None if first is None else first[None]
+        stop_reason = "cancelled" if first is None else ""
         while not stop_reason:
-            remaining = config.max_new_tokens - len(output)
-            stop_reason = self._interruption(cancel, config.deadline, remaining)
-            if stop_reason:
-                break
-
             t0 = time.monotonic()
             draft = Draft.empty()
-            if self.drafter is not None and remaining > 1:
-                limit = min(config.max_draft_tokens, remaining - 1)
-                draft = self.drafter.propose(tokens, limit, config.sampling)
-                draft.tokens = draft.tokens[:limit]
-            t1 = time.monotonic()
-            logits = self.kv.forward([tokens[-1], *draft.tokens])
+            if logits is None:  # every pass after the prompt's verifies a draft
+                remaining = config.max_new_tokens - len(output)
+                if self.drafter is not None and remaining > 1:
+                    limit = min(config.max_draft_tokens, remaining - 1)
+                    draft = self.drafter.propose(tokens, limit, config.sampling)
+                    draft.tokens = draft.tokens[:limit]
+                t1 = time.monotonic()
+                logits = self.kv.forward([tokens[-1], *draft.tokens])
+                stats.draft_ms += (t1 - t0) * 1000
+                stats.verify_ms += (time.monotonic() - t1) * 1000
             n, token = accept(draft.tokens, draft.probs, logits, config.sampling, generator)
             self.kv.crop(len(tokens) + n)
-            stats.draft_ms += (t1 - t0) * 1000
-            stats.verify_ms += (time.monotonic() - t1) * 1000
+            logits = None
 
             new = [*draft.tokens[:n], token]
             ends = [i for i, t in enumerate(new) if t in eos]
             if ends:
                 new, stop_reason = new[: ends[0] + 1], "eos"
-            if self.drafter is not None:
+            if self.drafter is not None and draft.tokens:
                 self.drafter.observe(draft, n)
             stats.record_pass(draft.source, len(draft.tokens), n, len(new))
             tokens += new
@@ -113,6 +117,8 @@ class SpeculativeDecoder:
                     stop_reason = "stop_string"
                 if delta and on_text is not None:
                     on_text(delta)
+            remaining = config.max_new_tokens - len(output)
+            stop_reason = stop_reason or self._interruption(cancel, config.deadline, remaining)
 
         text = ""
         if stream is not None:
@@ -126,6 +132,8 @@ class SpeculativeDecoder:
     def _fit_prompt(self, tokens: list[int], config: GenerationConfig, stats: DecodeStats) -> list[int]:
         if not tokens:
             raise PromptError("the prompt is empty: give at least one token of text to continue")
+        if config.max_new_tokens < 1:
+            raise PromptError(f"max_new_tokens must be at least 1, not {config.max_new_tokens}")
         stats.prompt_tokens = len(tokens)
         room = self.context_length - config.max_new_tokens - config.max_draft_tokens
         if room <= 0:

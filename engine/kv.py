@@ -52,24 +52,19 @@ class KVCache:
         return output.logits[0].float()
 
     def prefill(self, tokens: list[int], should_stop: Callable[[], bool] | None = None,
-                chunk: int = PREFILL_CHUNK) -> int:
-        """Make the cache hold `tokens`, reusing the common prefix. Returns tokens fed.
+                chunk: int | None = PREFILL_CHUNK) -> tuple[torch.Tensor | None, int]:
+        """Feed what the cache lacks of `tokens`: (next-token logits after them, tokens fed).
 
-        Fed in chunks so a cancel lands within one chunk; a cancelled prefill keeps the
-        prefix it got through, which the next request then reuses.
+        At least the last token is fed, since its logits are the answer. Fed in chunks of
+        `chunk` tokens (None: one forward) so a cancel lands within one chunk; a cancelled
+        prefill returns no logits and keeps the prefix it got through, which the next
+        request then reuses.
         """
-        self.crop(common_prefix_length(self.tokens, tokens))
-        fed = 0
+        self.crop(min(common_prefix_length(self.tokens, tokens), len(tokens) - 1))
+        start, step = len(self.tokens), chunk or len(tokens)
+        logits = None
         while len(self.tokens) < len(tokens):
             if should_stop is not None and should_stop():
-                break
-            piece = tokens[len(self.tokens):len(self.tokens) + chunk]
-            self.forward(piece, logits_for=1)
-            fed += len(piece)
-        return fed
-
-    def logits_after(self, tokens: list[int]) -> torch.Tensor:
-        """Next-token logits after `tokens`, feeding only what the cache lacks (at least one token)."""
-        reuse = min(common_prefix_length(self.tokens, tokens), len(tokens) - 1)
-        self.crop(reuse)
-        return self.forward(tokens[reuse:], logits_for=1)[-1]
+                return None, len(self.tokens) - start
+            logits = self.forward(tokens[len(self.tokens):len(self.tokens) + step], logits_for=1)[-1]
+        return logits, len(self.tokens) - start

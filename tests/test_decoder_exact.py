@@ -81,9 +81,12 @@ def test_reused_decoder_stays_exact_across_requests(verifier, draft_models):
     for prompt in (base, base + [1], base[:-3], base + [1, 2], [11] + base):
         result = decoder.generate(prompt, GenerationConfig(max_new_tokens=16))
         assert result.token_ids == reference(verifier, prompt, 16, None)
-    # A grown prompt feeds only its new tail: here just the pending last token, in the first pass.
+    # A grown prompt feeds only its new tail: here the one token typed since.
     result = decoder.generate([11] + base + [4], GenerationConfig(max_new_tokens=4))
-    assert result.stats.prefill_tokens == 0 and result.stats.reused_tokens == len(base) + 1
+    assert result.stats.prefill_tokens == 1 and result.stats.reused_tokens == len(base) + 1
+    # The very same prompt again still feeds its last token: its logits give the first token.
+    again = decoder.generate([11] + base + [4], GenerationConfig(max_new_tokens=4))
+    assert again.stats.prefill_tokens == 1 and again.token_ids == result.token_ids
 
 
 def test_identical_draft_is_always_accepted(verifier):

@@ -50,7 +50,8 @@ def test_cancel_stops_after_the_current_verifier_pass(verifier, draft_models):
     result = SpeculativeDecoder(verifier, drafter).generate(
         [1, 2, 3, 4], GenerationConfig(max_new_tokens=200), cancel=cancel)
     assert result.stop_reason == "cancelled"
-    assert result.stats.verifier_passes == 3  # the pass in flight finishes, no further one starts
+    # The prompt's pass, then three drafted ones: the one in flight finishes, no further one starts.
+    assert result.stats.verifier_passes == 4
     assert len(result.token_ids) < 200
 
 
@@ -70,15 +71,17 @@ def test_deadline_returns_the_verified_prefix(verifier, draft_models):
     drafter.action = lambda: setattr(config, "deadline", time.monotonic() - 1)
     result = decoder.generate([5, 6, 7], config)
     assert result.stop_reason == "deadline"
-    assert result.stats.verifier_passes == 4
-    assert 4 <= len(result.token_ids) < 100
+    assert result.stats.verifier_passes == 5  # the prompt's pass and four drafted ones
+    assert 5 <= len(result.token_ids) < 100
     assert result.token_ids == reference[: len(result.token_ids)]  # cut at a verified token
 
 
-def test_deadline_already_passed_gives_nothing(verifier):
+def test_deadline_passed_during_the_prefill_gives_the_prompts_token_only(verifier):
     config = GenerationConfig(max_new_tokens=10, deadline=time.monotonic() - 1)
     result = SpeculativeDecoder(verifier, None).generate([1, 2], config)
-    assert result.stop_reason == "deadline" and result.token_ids == []
+    full = SpeculativeDecoder(verifier, None).generate([1, 2], GenerationConfig(max_new_tokens=10))
+    assert result.stop_reason == "deadline" and result.token_ids == full.token_ids[:1]
+    assert result.stats.verifier_passes == 1  # the prompt's forward, already paid for
 
 
 def test_stop_string_cuts_the_text_before_it(text_model):
@@ -141,17 +144,19 @@ def test_chunked_prefill_is_exact_and_a_cancelled_prefill_is_reused(verifier):
     from engine.kv import KVCache
 
     prompt = [(7 * i) % 60 + 1 for i in range(40)]
-    whole = KVCache(verifier)
-    whole.prefill(prompt, chunk=1000)
-    chunked = KVCache(verifier)
-    chunked.prefill(prompt, chunk=7)
-    assert torch.allclose(whole.forward([3]), chunked.forward([3]), atol=1e-5)
+    whole_logits, whole_fed = KVCache(verifier).prefill(prompt, chunk=None)
+    chunked_logits, chunked_fed = KVCache(verifier).prefill(prompt, chunk=7)
+    assert whole_fed == chunked_fed == 40
+    assert torch.allclose(whole_logits, chunked_logits, atol=1e-5)
 
     calls = []
     cache = KVCache(verifier)
-    fed = cache.prefill(prompt, should_stop=lambda: calls.append(1) or len(calls) > 2, chunk=10)
-    assert fed == 20 and len(cache) == 20  # stopped after two chunks, and keeps what it fed
-    assert cache.prefill(prompt, chunk=10) == 20  # the next request feeds only the rest
+    logits, fed = cache.prefill(prompt, should_stop=lambda: calls.append(1) or len(calls) > 2, chunk=10)
+    assert logits is None and fed == 20 and len(cache) == 20  # stopped after two chunks, keeps them
+    logits, fed = cache.prefill(prompt, chunk=10)
+    assert fed == 20 and torch.allclose(logits, whole_logits, atol=1e-5)  # the next request feeds the rest
+    # Nothing new to feed still feeds the last token: its logits are the answer.
+    assert cache.prefill(prompt)[1] == 1
 
 
 def test_cancel_during_a_cold_prefill_returns_without_decoding(verifier):

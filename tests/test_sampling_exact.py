@@ -1,7 +1,8 @@
 """Speculative sampling draws from exactly the verifier's distribution.
 
-On an 8-token vocabulary we compute the verifier's exact distribution over all 64
-two-token continuations, sample N continuations through the speculative loop, and run
+On an 8-token vocabulary we compute the verifier's exact distribution over all 512
+three-token continuations (the first comes from the prompt's pass, the other two from a
+pass that verifies a draft), sample N continuations through the speculative loop, and run
 a chi-square goodness-of-fit test at significance 1e-3: a correct implementation fails
 one run in a thousand (the seeds are fixed, so a given run is reproducible).
 """
@@ -22,7 +23,8 @@ from engine.verify import SamplingParams, probs_from_logits, speculative_accept
 from tiny_models import noisy_copy
 
 VOCAB = 8
-SAMPLES = 2000
+SAMPLES = 3000
+LENGTH = 3
 ALPHA = 1e-3
 
 
@@ -33,13 +35,14 @@ def small_verifier():
 
 
 @torch.inference_mode()
-def exact_distribution(model, prompt: list[int], params: SamplingParams) -> dict[tuple[int, int], float]:
+def exact_distribution(model, prompt: list[int], params: SamplingParams, length: int) -> dict[tuple, float]:
+    if length == 0:
+        return {(): 1.0}
     first = probs_from_logits(model(torch.tensor([prompt])).logits[0, -1], params)
     table = {}
     for a in range(VOCAB):
-        second = probs_from_logits(model(torch.tensor([prompt + [a]])).logits[0, -1], params)
-        for b in range(VOCAB):
-            table[(a, b)] = float(first[a] * second[b])
+        for rest, p in exact_distribution(model, prompt + [a], params, length - 1).items():
+            table[(a, *rest)] = float(first[a]) * p
     return table
 
 
@@ -73,17 +76,17 @@ def goodness_of_fit(counts: Counter, expected: dict) -> float:
 def test_speculative_samples_follow_the_verifier(small_verifier, drafter_mode, params):
     torch.manual_seed(1234)
     draft = noisy_copy(small_verifier, seed=5, scale=0.5)
-    prompt = [1, 2, 3, 1, 2]  # "1 2" recurs, so prompt lookup proposes "3 1 2"
+    prompt = [1, 2, 3, 4, 5, 6, 7, 0, 1, 2]  # every token recurs, so prompt lookup always has a proposal
     decoder = SpeculativeDecoder(small_verifier, make_drafter(drafter_mode, draft, max_draft_tokens=2))
     counts: Counter = Counter()
     drafted = 0
     for seed in range(SAMPLES):
-        result = decoder.generate(prompt, GenerationConfig(max_new_tokens=2, sampling=params, seed=seed, max_draft_tokens=2))
+        result = decoder.generate(prompt, GenerationConfig(max_new_tokens=LENGTH, sampling=params, seed=seed, max_draft_tokens=2))
         counts[tuple(result.token_ids)] += 1
         drafted += result.stats.drafted
     if drafter_mode != "none":
         assert drafted > SAMPLES / 2  # the drafts were really exercised
-    assert goodness_of_fit(counts, exact_distribution(small_verifier, prompt, params)) > ALPHA
+    assert goodness_of_fit(counts, exact_distribution(small_verifier, prompt, params, LENGTH)) > ALPHA
 
 
 def test_residual_is_safe_when_p_equals_q():

@@ -36,7 +36,7 @@ class DraftModelDrafter:
         if budget <= 0:
             return Draft.empty(self.name)
         # Rejected drafts from the last round fall out here: only the common prefix is kept.
-        logits = self.kv.logits_after(list(tokens))
+        logits, _ = self.kv.prefill(list(tokens), chunk=None)
         drafted: list[int] = []
         q_rows: list[torch.Tensor] = []
         while True:
