@@ -84,6 +84,7 @@ class SpeculativeDecoder:
         output: list[int] = []
         logits = None if first is None else first[None]
         stop_reason = "cancelled" if first is None else ""
+        last_pass_s = 0.0  # a pass that would end past the deadline is not started
         while not stop_reason:
             t0 = time.monotonic()
             draft = Draft.empty()
@@ -118,7 +119,8 @@ class SpeculativeDecoder:
                 if delta and on_text is not None:
                     on_text(delta)
             remaining = config.max_new_tokens - len(output)
-            stop_reason = stop_reason or self._interruption(cancel, config.deadline, remaining)
+            last_pass_s = time.monotonic() - t0
+            stop_reason = stop_reason or self._interruption(cancel, config.deadline, remaining, last_pass_s)
 
         text = ""
         if stream is not None:
@@ -149,10 +151,12 @@ class SpeculativeDecoder:
         return tokens
 
     @staticmethod
-    def _interruption(cancel: threading.Event | None, deadline: float | None, remaining: int) -> str:
+    def _interruption(cancel: threading.Event | None, deadline: float | None, remaining: int,
+                      next_pass_s: float = 0.0) -> str:
         if cancel is not None and cancel.is_set():
             return "cancelled"
-        if deadline is not None and time.monotonic() >= deadline:
+        # The next pass is expected to take as long as the last one: answer now rather than late.
+        if deadline is not None and time.monotonic() + next_pass_s >= deadline:
             return "deadline"
         if remaining <= 0:
             return "max_new_tokens"

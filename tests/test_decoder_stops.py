@@ -76,6 +76,20 @@ def test_deadline_returns_the_verified_prefix(verifier, draft_models):
     assert result.token_ids == reference[: len(result.token_ids)]  # cut at a verified token
 
 
+def test_a_pass_that_would_end_past_the_deadline_is_not_started(verifier):
+    config = GenerationConfig(max_new_tokens=100, deadline=time.monotonic() + 3600)
+
+    def slow_pass_then_tight_deadline():
+        # The 3rd pass takes 0.3 s; afterwards 0.2 s remain: not enough for another like it.
+        time.sleep(0.3)
+        config.deadline = time.monotonic() + 0.2
+
+    drafter = Hook(make_drafter("lookup"), at_call=3, action=slow_pass_then_tight_deadline)
+    result = SpeculativeDecoder(verifier, drafter).generate([5, 6, 7], config)
+    assert result.stop_reason == "deadline"
+    assert result.stats.verifier_passes == 4  # the prompt's pass and three drafted ones, no more
+
+
 def test_deadline_passed_during_the_prefill_gives_the_prompts_token_only(verifier):
     config = GenerationConfig(max_new_tokens=10, deadline=time.monotonic() - 1)
     result = SpeculativeDecoder(verifier, None).generate([1, 2], config)
