@@ -43,6 +43,9 @@ class CompletionRequest:
     max_new_tokens: int = 64
     multiline: bool | None = None  # None: decided from the syntax at the cursor
     budget_ms: float | None = None  # answer with the verified text so far after this long
+    # time.monotonic() when the editor's request arrived: the budget counts from there, time
+    # spent waiting for the worker included (None: from when complete() starts).
+    received_at: float | None = None
     temperature: float = 0.0
     seed: int | None = None
 
@@ -172,7 +175,7 @@ class CompletionEngine:
         on_text: Callable[[str], None] | None = None,
     ) -> CompletionResult:
         """Fill in the middle at the cursor, post-processed for display."""
-        started = time.monotonic()
+        started = request.received_at if request.received_at is not None else time.monotonic()
         language = language_from(request.language, request.path)
         multiline = request.multiline
         if multiline is None:

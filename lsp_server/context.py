@@ -76,7 +76,7 @@ def other_documents(workspace, current_uri: str) -> list[tuple[str, str]]:
     return documents[:MAX_OTHER_DOCUMENTS]
 
 
-def build_request(cursor: Cursor, settings: Settings, workspace) -> CompletionRequest:
+def build_request(cursor: Cursor, settings: Settings, workspace, received_at: float | None = None) -> CompletionRequest:
     multiline = {"auto": None, "always": True, "never": False}[settings.multiline]
     return CompletionRequest(
         prefix=cursor.prefix,
@@ -87,4 +87,5 @@ def build_request(cursor: Cursor, settings: Settings, workspace) -> CompletionRe
         max_new_tokens=settings.max_new_tokens,
         multiline=multiline,
         budget_ms=settings.budget_ms,
+        received_at=received_at,
     )

@@ -137,7 +137,7 @@ class CompletionService:
             self.record(started, cursor, "typethrough", text=typed_through.text)
             return self.items(document, cursor, typed_through.text, typed_through.replace_after)
 
-        request = build_request(cursor, self.settings, workspace)
+        request = build_request(cursor, self.settings, workspace, received_at=started)
         version = cursor.version
         engine = self.engine
 

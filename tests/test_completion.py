@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from engine.completion import CompletionEngine, CompletionRequest
@@ -37,6 +39,16 @@ def test_window_jumps_when_the_prefix_outgrows_its_slack(engine):
     grown = base + "1\n" + "y = 2\n" * 40  # far past the 25 % slack
     result = engine.complete(CompletionRequest(prefix=grown, path="/w/b.py", max_new_tokens=2))
     assert result.prompt_tokens <= 96 + 16 + 8
+
+
+def test_the_budget_counts_from_when_the_request_arrived(engine):
+    prefix = LONG_PREFIX + "def late("
+    fresh = engine.complete(CompletionRequest(prefix=prefix, path="/w/d.py", max_new_tokens=6, budget_ms=60_000))
+    # Waited 10 s for the worker with a 1 s budget: only the prompt's own forward is paid for.
+    late = engine.complete(CompletionRequest(prefix=prefix, path="/w/d.py", max_new_tokens=6, budget_ms=1_000,
+                                             received_at=time.monotonic() - 10))
+    assert late.stop_reason == "deadline" and late.token_ids == fresh.token_ids[:1]
+    assert fresh.stats.emitted > 1
 
 
 def test_other_documents_feed_prompt_lookup(engine):
