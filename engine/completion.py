@@ -175,13 +175,13 @@ class CompletionEngine:
         on_text: Callable[[str], None] | None = None,
     ) -> CompletionResult:
         """Fill in the middle at the cursor, post-processed for display."""
-        started = request.received_at if request.received_at is not None else time.monotonic()
+        budget_start = request.received_at if request.received_at is not None else time.monotonic()
         language = language_from(request.language, request.path)
         multiline = request.multiline
         if multiline is None:
             multiline = decide_multiline(request.prefix, request.suffix, language)
         parts = self._prompt(request)
-        deadline = started + request.budget_ms / 1000 if request.budget_ms else None
+        deadline = budget_start + request.budget_ms / 1000 if request.budget_ms else None
         config = GenerationConfig(
             max_new_tokens=request.max_new_tokens,
             sampling=SamplingParams(temperature=request.temperature),

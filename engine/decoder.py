@@ -84,7 +84,6 @@ class SpeculativeDecoder:
         output: list[int] = []
         logits = None if first is None else first[None]
         stop_reason = "cancelled" if first is None else ""
-        last_pass_s = 0.0  # a pass that would end past the deadline is not started
         while not stop_reason:
             t0 = time.monotonic()
             draft = Draft.empty()
@@ -119,7 +118,7 @@ class SpeculativeDecoder:
                 if delta and on_text is not None:
                     on_text(delta)
             remaining = config.max_new_tokens - len(output)
-            last_pass_s = time.monotonic() - t0
+            last_pass_s = time.monotonic() - t0  # a pass expected to end past the deadline is not started
             stop_reason = stop_reason or self._interruption(cancel, config.deadline, remaining, last_pass_s)
 
         text = ""
@@ -152,7 +151,7 @@ class SpeculativeDecoder:
 
     @staticmethod
     def _interruption(cancel: threading.Event | None, deadline: float | None, remaining: int,
-                      next_pass_s: float = 0.0) -> str:
+                      next_pass_s: float) -> str:
         if cancel is not None and cancel.is_set():
             return "cancelled"
         # The next pass is expected to take as long as the last one: answer now rather than late.
