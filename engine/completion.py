@@ -18,7 +18,7 @@ from engine.decoder import GenerationConfig, GenerationResult, SpeculativeDecode
 from engine.drafters import DRAFTER_MODES, make_drafter
 from engine.errors import ModelError, PromptError
 from engine.fim import FimTemplate, detect_fim_template
-from engine.models import LoadedModel, check_pair, load_model
+from engine.models.loading import LoadedModel, check_pair, load_model
 from engine.postprocess import postprocess, stop_strings_for
 from engine.prompt import ContextBudget, build_prompt
 from engine.stats import DecodeStats

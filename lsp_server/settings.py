@@ -51,7 +51,7 @@ _LIMITS = {"budget_ms": (1, 60_000), "max_new_tokens": (1, 1024), "prefix_tokens
 def machine_defaults() -> Settings:
     """On a GPU the 1.5B verifier with the 0.5B draft; on a CPU the 0.5B alone with prompt lookup,
     which answers a typical automatic request near the 200 ms budget (README: "What runs where")."""
-    from engine.models import default_device
+    from engine.models.loading import default_device
 
     if default_device().type == "cuda":
         return Settings(verifier="qwen2.5-coder-1.5b", draft="qwen2.5-coder-0.5b", drafter="hybrid")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.tiny import build_model, write_tiny_model
+from engine.models.tiny import build_model, write_tiny_model
 from tiny_models import TINY_VOCAB, noisy_copy
 
 torch.set_num_threads(2)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.registry import Part, Preset, PypiSource
+from engine.models.registry import Part, Preset, PypiSource
 
 TINY_VOCAB = 272
 

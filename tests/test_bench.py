@@ -12,9 +12,9 @@ import random
 import textwrap
 
 
-from engine.bench import first_difference, positions_matching
-from engine.bench_corpus import HOLE_KINDS, body_holes, default_corpus, make_holes, midline_holes, statement_end_holes
-from lsp_server.bench_session import judge, percentile
+from engine.bench.decode import first_difference, positions_matching
+from engine.bench.corpus import HOLE_KINDS, body_holes, default_corpus, make_holes, midline_holes, statement_end_holes
+from lsp_server.bench.session import judge, percentile
 from lsp_server.cli import main as cli_main
 
 ENGINE_MODES = ("hf-greedy", "hf-assisted", "hf-prompt-lookup", "quickdraft-lookup", "quickdraft-draft",

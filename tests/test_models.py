@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine import registry
+from engine.models import registry
 from engine.errors import ModelError
-from engine.models import (
+from engine.models.loading import (
     LoadedModel,
     check_pair,
     cpu_has_fast_bf16,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import registry
+from engine.models import registry
 from engine.errors import ModelError
-from engine.models import load_model
+from engine.models.loading import load_model
 from lsp_server.cli import main as cli_main
 
 from model_fixtures import FakeIndex, build_fake_index, write_tiny_gguf

@@ -17,7 +17,7 @@ from scipy.stats import chisquare
 
 from engine.decoder import GenerationConfig, SpeculativeDecoder
 from engine.drafters import make_drafter
-from engine.tiny import build_model
+from engine.models.tiny import build_model
 from engine.verify import SamplingParams, probs_from_logits, speculative_accept
 
 from tiny_models import noisy_copy

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.tiny import build_model
+from engine.models.tiny import build_model
 
 TINY_VOCAB = 64
 
@@ -19,3 +19,17 @@ def noisy_copy(model, *, seed: int, scale: float):
         for parameter in copy.parameters():
             parameter.add_(torch.randn(parameter.shape, generator=generator) * scale * parameter.std())
     return copy
+
+
+def assert_logits_close(actual: torch.Tensor, expected: torch.Tensor, *, ulps: int = 1024) -> None:
+    """Equal up to rounding: the same argmax, and values within a tolerance derived from the
+    dtype and the logits' magnitude. Different CPUs (Intel/AMD, AVX-512 or not) run different
+    kernels and block sizes, so a fixed absolute tolerance holds on one and fails on another;
+    `ulps` machine epsilons per unit of magnitude leaves room for the reordered sums of a
+    forward that is chunked differently."""
+    assert actual.shape == expected.shape
+    assert torch.equal(actual.argmax(dim=-1), expected.argmax(dim=-1))
+    scale = max(1.0, float(expected.abs().max()))
+    tolerance = ulps * torch.finfo(expected.dtype).eps * scale
+    difference = float((actual - expected).abs().max())
+    assert difference <= tolerance, f"logits differ by {difference:.3g} > {tolerance:.3g}"

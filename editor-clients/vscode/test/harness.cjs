@@ -30,7 +30,7 @@ function tinyModel() {
   } catch {
     // Older servers have no `models tiny`: the same model through the engine's own function.
     const python = path.join(path.dirname(quickdraft), 'python');
-    execFileSync(python, ['-c', 'import sys; from engine.tiny import write_tiny_model; write_tiny_model(sys.argv[1], seed=0)', dir],
+    execFileSync(python, ['-c', 'import sys; from engine.models.tiny import write_tiny_model; write_tiny_model(sys.argv[1], seed=0)', dir],
       { stdio: ['ignore', 'ignore', 'inherit'], cwd: repo });
   }
   return dir;

@@ -1,6 +1,6 @@
 """`quickdraft models pull | list | verify | remove`: the model cache, from the command line.
 
-No tensor code here: everything is done by engine.registry.
+No tensor code here: everything is done by engine.models.registry.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 
-from engine import registry
+from engine.models import registry
 from engine.errors import ModelError
 
 GB = 1e9
@@ -51,7 +51,7 @@ def add_parsers(sub) -> None:
 
 
 def _tiny(args: argparse.Namespace) -> int:
-    from engine.tiny import write_tiny_model
+    from engine.models.tiny import write_tiny_model
 
     path = write_tiny_model(args.directory, seed=args.seed)
     print(f"tiny model written to {path} (float32; its completions are deterministic nonsense)")

@@ -15,7 +15,7 @@ import logging
 import sys
 from pathlib import Path
 
-from lsp_server.cli_decode import DRAFTERS
+from lsp_server.cli.generate import DRAFTERS
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +88,11 @@ def _pick(value, quick: bool, quick_value, default):
 
 
 def run_engine(args: argparse.Namespace) -> int:
-    from engine.bench import ALL_MODES, DEFAULT_MODES, TUNED, DrafterKnobs, EngineBenchConfig, format_table, \
+    from engine.bench.decode import ALL_MODES, DEFAULT_MODES, TUNED, DrafterKnobs, EngineBenchConfig, format_table, \
         run_engine_bench, valid_mode, write_plots
-    from engine.bench_corpus import default_corpus, expand_paths, make_holes
+    from engine.bench.corpus import default_corpus, expand_paths, make_holes
     from engine.errors import QuickdraftError
-    from engine.models import check_pair, load_model
+    from engine.models.loading import check_pair, load_model
 
     modes = tuple(m.strip() for m in args.modes.split(",")) if args.modes else DEFAULT_MODES
     tuned = _parse_knobs(args.tuned, args.max_draft_tokens) if args.tuned else None
@@ -143,7 +143,7 @@ def _parse_knobs(text: str, max_draft_tokens: int):
     """"confidence_threshold=0.8,hybrid_min_match=3" → DrafterKnobs."""
     from dataclasses import fields
 
-    from engine.bench import DrafterKnobs
+    from engine.bench.decode import DrafterKnobs
     from engine.errors import QuickdraftError
 
     types = {f.name: (float if "float" in str(f.type) else int) for f in fields(DrafterKnobs)}
@@ -161,7 +161,7 @@ def _parse_knobs(text: str, max_draft_tokens: int):
 
 
 def run_session(args: argparse.Namespace) -> int:
-    from lsp_server.bench_session import SessionBenchConfig, format_table, run_session_bench, write_plots
+    from lsp_server.bench.session import SessionBenchConfig, format_table, run_session_bench, write_plots
 
     defaults = SessionBenchConfig()
     config = SessionBenchConfig(

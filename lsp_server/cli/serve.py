@@ -6,7 +6,7 @@ import argparse
 import logging
 from dataclasses import replace
 
-from lsp_server.cli_decode import DRAFTERS
+from lsp_server.cli.generate import DRAFTERS
 
 
 def add_parsers(sub) -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 import torch
 
-from engine import registry
+from engine.models import registry
 from engine.errors import ModelError
 
 if TYPE_CHECKING:

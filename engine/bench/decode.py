@@ -1,6 +1,6 @@
 """`quickdraft bench engine`: decoding speed at equal output, side by side in one process.
 
-For every FIM prompt (cut from real source files by `engine.bench_corpus`) each mode
+For every FIM prompt (cut from real source files by `engine.bench.corpus`) each mode
 decodes the same prompt token ids, greedily, up to `max_new_tokens` or EOS:
 
 - ``hf-greedy``: transformers `generate` with the verifier alone (the baseline);
@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from engine.bench_corpus import Hole
+from engine.bench.corpus import Hole
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ class Prompt:
 
 class EngineBench:
     def __init__(self, verifier, draft, config: EngineBenchConfig) -> None:
-        """`verifier` and `draft` are `engine.models.LoadedModel`s (draft may be None: draft modes are skipped)."""
+        """`verifier` and `draft` are `engine.models.loading.LoadedModel`s (draft may be None: draft modes are skipped)."""
         from engine.completion import CompletionEngine
 
         self.verifier = verifier
@@ -556,7 +556,7 @@ def environment(verifier=None, draft=None) -> dict:
     import torch
     import transformers
 
-    from engine.models import _cpu_flags
+    from engine.models.loading import _cpu_flags
 
     flags = _cpu_flags()
     env = {

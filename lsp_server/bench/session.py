@@ -29,7 +29,7 @@ from typing import Any, Sequence
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
-from engine.bench_corpus import Hole, body_holes, default_corpus, display_path, expand_paths, read_source
+from engine.bench.corpus import Hole, body_holes, default_corpus, display_path, expand_paths, read_source
 
 log = logging.getLogger(__name__)
 

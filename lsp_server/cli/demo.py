@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from engine.errors import QuickdraftError
-from lsp_server.cli_decode import DRAFTERS
+from lsp_server.cli.generate import DRAFTERS
 
 DEMO_MODULE = "textwrap.py"  # in every Python, plain code, stable across versions
 CPU_DEMO_BUDGET_MS = 120_000.0
@@ -40,7 +40,7 @@ def add_parsers(sub) -> None:
 
 
 def pick_holes(path: Path, count: int, seed: int):
-    from engine.bench_corpus import HOLE_KINDS, cut_hole, read_source
+    from engine.bench.corpus import HOLE_KINDS, cut_hole, read_source
 
     text = read_source(path)
     if text is None:
@@ -61,8 +61,8 @@ def pick_holes(path: Path, count: int, seed: int):
 async def demo(args: argparse.Namespace, path: Path) -> None:
     from lsprotocol import types
 
-    from engine.models import default_device
-    from lsp_server.bench_session import SessionBenchConfig, SessionClient
+    from engine.models.loading import default_device
+    from lsp_server.bench.session import SessionBenchConfig, SessionClient
 
     budget = args.budget_ms
     if budget is None and default_device().type == "cpu":

@@ -14,12 +14,12 @@ from engine.errors import QuickdraftError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from lsp_server import cli_bench, cli_decode, cli_demo, cli_models, cli_serve
+    from lsp_server.cli import bench, demo, generate, models, serve
 
     parser = argparse.ArgumentParser(prog="quickdraft", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (cli_serve, cli_decode, cli_models, cli_bench, cli_demo):
+    for module in (serve, generate, models, bench, demo):
         module.add_parsers(sub)
     return parser
 
@@ -57,6 +57,3 @@ def quiet_libraries() -> None:
     except ImportError:
         pass
 
-
-if __name__ == "__main__":
-    sys.exit(main())

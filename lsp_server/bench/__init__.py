@@ -1,0 +1,1 @@
+"""Server benchmarks: a simulated typist driving the real server over stdio (`session`)."""
