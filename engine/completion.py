@@ -7,6 +7,7 @@ prefix. It is not thread-safe: callers (the LSP scheduler) run it on a single wo
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -14,13 +15,14 @@ from typing import Callable, Sequence
 
 import torch
 
+from engine.anchor import Anchor, typed_since
 from engine.decoder import GenerationConfig, GenerationResult, SpeculativeDecoder
 from engine.drafters import DRAFTER_MODES, make_drafter
 from engine.errors import ModelError, PromptError
 from engine.fim import FimTemplate, detect_fim_template
 from engine.models.loading import LoadedModel, check_pair, load_model
 from engine.postprocess import postprocess, stop_strings_for
-from engine.prompt import ContextBudget, build_prompt
+from engine.prompt import ContextBudget, build_prompt, encode_middle
 from engine.stats import DecodeStats
 from engine.syntax import decide_multiline, language_from
 from engine.verify import SamplingParams
@@ -60,6 +62,7 @@ class CompletionResult:
     multiline: bool
     prompt_tokens: int
     stats: DecodeStats = field(default_factory=DecodeStats)
+    anchored: bool = False  # the prompt continued an anchor (typed text in the middle)
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -88,6 +91,8 @@ class CompletionEngine:
         self.set_drafter(drafter)
         self._template: FimTemplate | None = None
         self._window_starts: dict[str, int] = {}  # per document path: where its prefix window begins
+        self._anchors: dict[str, Anchor] = {}  # per document path: the prompt typing continues
+        self._last_output: dict[str, list[int]] = {}  # per document path: the last completion's tokens
 
     @classmethod
     def load(
@@ -173,14 +178,20 @@ class CompletionEngine:
         *,
         cancel: threading.Event | None = None,
         on_text: Callable[[str], None] | None = None,
+        on_answer: Callable[[CompletionResult], None] | None = None,
     ) -> CompletionResult:
-        """Fill in the middle at the cursor, post-processed for display."""
+        """Fill in the middle at the cursor, post-processed for display.
+
+        With `on_answer`, the budget does not end the decode: the completion so far is
+        handed to `on_answer` when the budget is spent, and decoding goes on (until it ends
+        or `cancel` is set) so the returned result is longer — the next keystrokes' ghost text.
+        """
         budget_start = request.received_at if request.received_at is not None else time.monotonic()
         language = language_from(request.language, request.path)
         multiline = request.multiline
         if multiline is None:
             multiline = decide_multiline(request.prefix, request.suffix, language)
-        parts = self._prompt(request)
+        prompt = self._prompt(request)
         deadline = budget_start + request.budget_ms / 1000 if request.budget_ms else None
         config = GenerationConfig(
             max_new_tokens=request.max_new_tokens,
@@ -188,23 +199,54 @@ class CompletionEngine:
             seed=request.seed,
             max_draft_tokens=self.max_draft_tokens,
             eos_token_ids=self.stop_token_ids(self.template.stop_tokens),
-            stop_strings=stop_strings_for(parts.suffix, multiline),
+            stop_strings=stop_strings_for(request.suffix, multiline),
             deadline=deadline,
         )
-        # The suffix and the other documents are where re-typed code is most likely copied from.
-        result = self._run(parts.token_ids, config, parts.token_streams, cancel, on_text)
-        shown = postprocess(result.text, prefix=request.prefix, suffix=request.suffix,
-                            language=language, multiline=multiline)
-        return CompletionResult(
-            text=shown.text, replace_after=shown.replace_after, raw_text=result.text,
-            token_ids=result.token_ids, stop_reason=result.stop_reason, multiline=multiline,
-            prompt_tokens=len(parts.token_ids), stats=result.stats,
-        )
 
-    def _prompt(self, request: CompletionRequest):
+        def finish(result: GenerationResult) -> CompletionResult:
+            shown = postprocess(result.text, prefix=request.prefix, suffix=request.suffix,
+                                language=language, multiline=multiline)
+            return CompletionResult(
+                text=shown.text, replace_after=shown.replace_after, raw_text=result.text,
+                token_ids=result.token_ids, stop_reason=result.stop_reason, multiline=multiline,
+                prompt_tokens=len(prompt.token_ids), stats=copy.deepcopy(result.stats), anchored=prompt.anchored,
+            )
+
+        on_deadline = (lambda partial: on_answer(finish(partial))) if on_answer is not None else None
+        result = self._run(prompt.token_ids, config, prompt.token_streams, cancel, on_text, on_deadline)
+        self._last_output[request.path or ""] = list(result.token_ids)
+        return finish(result)
+
+    def warm(self, request: CompletionRequest, cancel: threading.Event | None = None) -> int:
+        """Prefill the prompt for `request` ahead of time (cancellable between layers): tokens fed.
+
+        The request's own first pass then feeds only what changed since, with its draft.
+        """
+        prompt = self._prompt(request)
+        ids = prompt.token_ids
+        with torch.inference_mode():
+            _, fed = self.decoder.kv.feed_until(ids, len(ids) - 1, cancel.is_set if cancel is not None else None)
+        return fed
+
+    def _prompt(self, request: CompletionRequest) -> "Prompt":
+        """The anchored prompt while the user types at the anchor; else a fresh one, which anchors."""
+        path = request.path or ""
+        anchor = self._anchors.get(path)
+        typed = typed_since(anchor, path, request.prefix, request.suffix) if anchor is not None else None
+        if typed is None:
+            parts = self._fresh_prompt(request)
+            anchor = Anchor(path, request.prefix, request.suffix, parts.token_ids, parts.token_streams)
+            self._anchors[path] = anchor
+            typed = ""
+        ids = anchor.token_ids + encode_middle(self.tokenizer, self.template, typed)
+        # The last completion at this spot is the likeliest draft for what follows the typed text.
+        streams = [*anchor.token_streams, self._last_output.get(path, [])]
+        return Prompt(ids, streams, anchored=bool(typed))
+
+    def _fresh_prompt(self, request: CompletionRequest):
         """Build the FIM prompt, keeping the prefix window's start where it was if it still fits.
 
-        A window cut fresh at every keystroke would start one token later each time the
+        A window cut fresh at every anchor would start one token later each time the
         prefix outgrows its budget, and a prompt that changes at its start reuses no KV
         cache at all. So the start sticks (up to 25 % over budget), and moves in jumps.
         """
@@ -235,5 +277,13 @@ class CompletionEngine:
         return parts
 
     @torch.inference_mode()
-    def _run(self, prompt_ids, config, streams, cancel, on_text) -> GenerationResult:
-        return self.decoder.generate(prompt_ids, config, context_streams=streams, cancel=cancel, on_text=on_text)
+    def _run(self, prompt_ids, config, streams, cancel, on_text, on_deadline=None) -> GenerationResult:
+        return self.decoder.generate(prompt_ids, config, context_streams=streams, cancel=cancel, on_text=on_text,
+                                     on_deadline=on_deadline)
+
+
+@dataclass
+class Prompt:
+    token_ids: list[int]
+    token_streams: list[list[int]]  # worth copying from: prompt lookup indexes them
+    anchored: bool  # typed text was appended to an anchor's prompt

@@ -1,29 +1,46 @@
 """The speculative loop: draft → verify → accept → crop → stop checks.
 
-The prompt's forward gives the first token. From then on the verifier's cache holds
-every token but the last; each pass feeds `[last, d1..dk]`, keeps the accepted drafts,
-crops the rest, and the verifier's own next token becomes the new `last`. With no
-drafter this is plain decoding — the baseline every benchmark compares against.
+The verifier's cache always holds a prefix of the tokens so far. Each pass feeds what the
+cache lacks — the prompt's uncached tail on the first pass, the last token afterwards —
+together with a draft of what follows, `[pending..., d1..dk]`, in one forward; it keeps
+the accepted drafts, crops the rest, and the verifier's own next token becomes the new
+pending one. So even a request's first pass (one keystroke) yields 1 + accepted tokens.
+With no drafter this is plain decoding — the baseline every benchmark compares against.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
 import torch
 
 from engine.drafters.base import Draft, Drafter
 from engine.errors import PromptError
-from engine.kv import PREFILL_CHUNK, KVCache
+from engine.kv import PREFILL_CHUNK, KVCache, PassCancelled
 from engine.stats import DecodeStats
 from engine.text_stream import TextStream
 from engine.verify import SamplingParams, accept
 
 log = logging.getLogger(__name__)
+
+
+class StopReason(str, enum.Enum):
+    EOS = "eos"
+    STOP_STRING = "stop_string"
+    MAX_NEW_TOKENS = "max_new_tokens"
+    DEADLINE = "deadline"
+    CANCELLED = "cancelled"
+
+
+class TokenConstraint(Protocol):
+    def allowed(self, emitted: Sequence[int]) -> torch.Tensor | None:
+        """Bool mask over the vocabulary for the token after `emitted` (this call's output so
+        far), or None when that token is unconstrained."""
 
 
 @dataclass
@@ -38,23 +55,29 @@ class GenerationConfig:
     # Tokens per prefill forward, the grain at which a cold prefill can be cancelled. None:
     # one forward, as Hugging Face's generate does (in bf16 chunks round slightly differently).
     prefill_chunk: int | None = PREFILL_CHUNK
+    constraint: TokenConstraint | None = None  # applied to the verifier's logits (token healing)
 
 
 @dataclass
 class GenerationResult:
     token_ids: list[int]  # as the verifier emitted them, EOS included when it ended the output
     text: str  # decoded, special tokens dropped, cut before a stop string
-    stop_reason: str  # eos | stop_string | max_new_tokens | deadline | cancelled
+    stop_reason: StopReason
     stats: DecodeStats
 
 
+# Called once when the deadline passes, with the result so far; decoding then goes on
+# (until a stop, max_new_tokens or the cancel flag) so the final result is longer.
+OnDeadline = Callable[[GenerationResult], None]
+
+
 class SpeculativeDecoder:
-    def __init__(self, verifier, drafter: Drafter | None, tokenizer=None) -> None:
+    def __init__(self, verifier, drafter: Drafter | None, tokenizer=None, *, kv_factory=KVCache) -> None:
         self.verifier = verifier
         self.drafter = drafter
         self.tokenizer = tokenizer
         # Kept across calls: the next prompt reuses the longest common prefix.
-        self.kv = KVCache(verifier)
+        self.kv = kv_factory(verifier)
         self.context_length = int(getattr(verifier.config, "max_position_embeddings", 0) or 1 << 30)
 
     def generate(
@@ -65,70 +88,99 @@ class SpeculativeDecoder:
         context_streams: Sequence[Sequence[int]] = (),
         cancel: threading.Event | None = None,
         on_text: Callable[[str], None] | None = None,
+        on_deadline: OnDeadline | None = None,
     ) -> GenerationResult:
         started = time.monotonic()
         stats = DecodeStats()
         tokens = self._fit_prompt(list(prompt_ids), config, stats)
         generator = torch.Generator().manual_seed(config.seed) if config.seed is not None else None
         stream = TextStream(self.tokenizer, config.stop_strings) if self.tokenizer is not None else None
-        eos = set(config.eos_token_ids)
+        should_stop = cancel.is_set if cancel is not None else None
+        answered = False  # on_deadline was called
         if self.drafter is not None:
             self.drafter.start(tokens, context_streams)
 
-        # The prompt's own forward gives the first token, as in plain decoding (no draft).
-        first, stats.prefill_tokens = self.kv.prefill(
-            tokens, cancel.is_set if cancel is not None else None, config.prefill_chunk)
-        stats.reused_tokens = len(tokens) - stats.prefill_tokens
-        stats.prefill_ms = (time.monotonic() - started) * 1000
-
         output: list[int] = []
-        logits = None if first is None else first[None]
-        stop_reason = "cancelled" if first is None else ""
-        while not stop_reason:
+        stop = self._prefill(tokens, config, should_stop, stats)
+        while stop is None:
             t0 = time.monotonic()
-            draft = Draft.empty()
-            if logits is None:  # every pass after the prompt's verifies a draft
-                remaining = config.max_new_tokens - len(output)
-                if self.drafter is not None and remaining > 1:
-                    limit = min(config.max_draft_tokens, remaining - 1)
-                    draft = self.drafter.propose(tokens, limit, config.sampling)
-                    draft.tokens = draft.tokens[:limit]
-                t1 = time.monotonic()
-                logits = self.kv.forward([tokens[-1], *draft.tokens])
-                stats.draft_ms += (t1 - t0) * 1000
-                stats.verify_ms += (time.monotonic() - t1) * 1000
-            n, token = accept(draft.tokens, draft.probs, logits, config.sampling, generator)
-            self.kv.crop(len(tokens) + n)
-            logits = None
-
+            try:
+                n, token, draft = self.speculative_step(tokens, output, config, generator, should_stop, stats)
+            except PassCancelled:
+                stop = StopReason.CANCELLED
+                break
             new = [*draft.tokens[:n], token]
-            ends = [i for i, t in enumerate(new) if t in eos]
+            ends = [i for i, t in enumerate(new) if t in config.eos_token_ids]
             if ends:
-                new, stop_reason = new[: ends[0] + 1], "eos"
+                new, stop = new[: ends[0] + 1], StopReason.EOS
             if self.drafter is not None and draft.tokens:
                 self.drafter.observe(draft, n)
             stats.record_pass(draft.source, len(draft.tokens), n, len(new))
+            if stats.verifier_passes == 1:
+                stats.prefill_ms = (time.monotonic() - started) * 1000  # the first token's latency
             tokens += new
             output += new
 
             if stream is not None:
                 delta = stream.update(output)
                 if stream.stopped:
-                    stop_reason = "stop_string"
+                    stop = StopReason.STOP_STRING
                 if delta and on_text is not None:
                     on_text(delta)
-            remaining = config.max_new_tokens - len(output)
-            last_pass_s = time.monotonic() - t0  # a pass expected to end past the deadline is not started
-            stop_reason = stop_reason or self._interruption(cancel, config.deadline, remaining, last_pass_s)
+            if stop is None and len(output) >= config.max_new_tokens:
+                stop = StopReason.MAX_NEW_TOKENS
+            if stop is None and should_stop is not None and should_stop():
+                stop = StopReason.CANCELLED
+            # The next pass is expected to take as long as the last one: answer now rather than late.
+            deadline = config.deadline
+            if stop is None and not answered and deadline is not None and 2 * time.monotonic() - t0 >= deadline:
+                if on_deadline is None:
+                    stop = StopReason.DEADLINE
+                else:
+                    on_deadline(self._result(output, stream, StopReason.DEADLINE, stats, started))
+                    answered = True
 
-        text = ""
         if stream is not None:
             tail = stream.finish()
             if tail and on_text is not None:
                 on_text(tail)
-            text = stream.text
+        return self._result(output, stream, stop, stats, started)
+
+    def speculative_step(self, tokens: list[int], output: list[int], config: GenerationConfig,
+                         generator: torch.Generator | None, should_stop, stats: DecodeStats) -> tuple[int, int, Draft]:
+        """One verifier pass over what the cache lacks of `tokens` plus a draft: (accepted, next token, draft)."""
+        t0 = time.monotonic()
+        remaining = config.max_new_tokens - len(output)
+        draft = Draft.empty()
+        if self.drafter is not None and remaining > 1:
+            limit = min(config.max_draft_tokens, remaining - 1)
+            draft = self.drafter.propose(tokens, limit, config.sampling)
+            draft.tokens = draft.tokens[:limit]
+        t1 = time.monotonic()
+        pending = tokens[len(self.kv):]
+        logits = self.kv.forward([*pending, *draft.tokens], logits_for=len(draft.tokens) + 1, should_stop=should_stop)
+        if config.constraint is not None:
+            logits = constrain(logits, config.constraint, output, draft.tokens)
+        n, token = accept(draft.tokens, draft.probs, logits, config.sampling, generator)
+        self.kv.crop(len(tokens) + n)
+        stats.draft_ms += (t1 - t0) * 1000
+        stats.verify_ms += (time.monotonic() - t1) * 1000
+        return n, token, draft
+
+    def _prefill(self, tokens: list[int], config: GenerationConfig, should_stop, stats: DecodeStats) -> StopReason | None:
+        """Feed, in cancellable chunks, all the prompt the cache lacks but its last chunk, which
+        the first pass feeds together with a draft."""
+        cached = self.kv.common_prefix(tokens)
+        tail = min(len(tokens) - cached, config.prefill_chunk or len(tokens))
+        done, fed = self.kv.feed_until(tokens, len(tokens) - max(tail, 1), should_stop, config.prefill_chunk)
+        stats.prefill_tokens = fed + (len(tokens) - len(self.kv) if done else 0)  # the first pass feeds the rest
+        stats.reused_tokens = len(self.kv) - fed
+        return None if done else StopReason.CANCELLED
+
+    def _result(self, output: list[int], stream: TextStream | None, stop: StopReason, stats: DecodeStats,
+                started: float) -> GenerationResult:
         stats.decode_ms = (time.monotonic() - started) * 1000
-        return GenerationResult(output, text, stop_reason, stats)
+        return GenerationResult(list(output), stream.text if stream is not None else "", stop, stats)
 
     def _fit_prompt(self, tokens: list[int], config: GenerationConfig, stats: DecodeStats) -> list[int]:
         if not tokens:
@@ -149,14 +201,15 @@ class SpeculativeDecoder:
             tokens = tokens[-room:]
         return tokens
 
-    @staticmethod
-    def _interruption(cancel: threading.Event | None, deadline: float | None, remaining: int,
-                      next_pass_s: float) -> str:
-        if cancel is not None and cancel.is_set():
-            return "cancelled"
-        # The next pass is expected to take as long as the last one: answer now rather than late.
-        if deadline is not None and time.monotonic() + next_pass_s >= deadline:
-            return "deadline"
-        if remaining <= 0:
-            return "max_new_tokens"
-        return ""
+
+def constrain(logits: torch.Tensor, constraint: TokenConstraint, output: list[int], drafted: list[int]) -> torch.Tensor:
+    """Mask each verified row with what the constraint allows after the output (and drafts) before it."""
+    for i in range(logits.shape[0]):
+        mask = constraint.allowed([*output, *drafted[:i]])
+        if mask is None:
+            break  # constraints only narrow the first tokens of an output
+        allowed = torch.zeros(logits.shape[1], dtype=torch.bool)
+        width = min(len(mask), logits.shape[1])  # vocabularies padded to different lengths
+        allowed[:width] = mask[:width]
+        logits[i] = logits[i].masked_fill(~allowed.to(logits.device), float("-inf"))
+    return logits

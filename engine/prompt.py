@@ -267,3 +267,9 @@ def build_prompt(
         suffix=kept_suffix,
         other_documents=docs,
     )
+
+
+def encode_middle(tokenizer, template: FimTemplate, text: str) -> list[int]:
+    """Token ids of text that follows the prompt's middle token (typed at an anchor)."""
+    control = {template.prefix_token, template.suffix_token, template.middle_token, *template.stop_tokens}
+    return _Encoder(tokenizer, sorted(control)).encode(text)

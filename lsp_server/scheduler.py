@@ -2,8 +2,12 @@
 
 The engine is single-threaded and expensive, so everything runs on one worker thread.
 A request for a document cancels that document's previous request (running or still
-queued) through the engine's cancel flag, which the decode loop checks between
-verifier passes; a queued job whose document has moved on never starts.
+queued) through the engine's cancel flag, which the engine checks between decoder
+layers; a queued job whose document has moved on never starts.
+
+Background work — warming a cache before the user asks, decoding on after an answer
+was sent — runs at low priority: any new request cancels all of it at once, so it
+never delays a real request by more than one layer's time.
 """
 
 from __future__ import annotations
@@ -24,18 +28,26 @@ class Scheduler:
     def __init__(self) -> None:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quickdraft-engine")
         self._latest: dict[str, threading.Event] = {}
+        self._background: set[threading.Event] = set()
 
-    async def run(self, key: str, job: Callable[[threading.Event], T], *, is_stale: Callable[[], bool] = lambda: False) -> T:
+    async def run(self, key: str, job: Callable[[threading.Event], T], *, is_stale: Callable[[], bool] = lambda: False,
+                  background: bool = False) -> T:
         """Run `job(cancel_flag)` on the worker; cancels the previous job with the same key.
 
-        Raises Superseded when the job never started, and asyncio.CancelledError when the
-        caller was cancelled ($/cancelRequest) — the job itself is told to stop.
+        A foreground job also cancels every background job; a background one is cancelled
+        by the next foreground job. Raises Superseded when the job never started, and
+        asyncio.CancelledError when the caller was cancelled ($/cancelRequest) — the job
+        itself is told to stop.
         """
         cancel = threading.Event()
         previous = self._latest.get(key)
         if previous is not None:
             previous.set()
         self._latest[key] = cancel
+        if background:
+            self._background.add(cancel)
+        else:
+            self.cancel_background()
 
         def work() -> T:
             if cancel.is_set() or is_stale():
@@ -49,8 +61,18 @@ class Scheduler:
             cancel.set()
             raise
         finally:
+            self._background.discard(cancel)
             if self._latest.get(key) is cancel:
                 del self._latest[key]
+
+    def demote(self, cancel: threading.Event) -> None:
+        """The job holding `cancel` has answered and goes on in the background."""
+        self._background.add(cancel)
+
+    def cancel_background(self) -> None:
+        for flag in self._background:
+            flag.set()
+        self._background.clear()
 
     async def call(self, function: Callable[[], T]) -> T:
         """Run a plain function on the worker, in order with the jobs (loading models, switching drafters)."""

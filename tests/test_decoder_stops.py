@@ -45,15 +45,41 @@ def text_model(tiny_model_dir):
     return AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval(), AutoTokenizer.from_pretrained(tiny_model_dir)
 
 
-def test_cancel_stops_after_the_current_verifier_pass(verifier, draft_models):
+def test_cancel_stops_the_pass_in_flight_within_a_layer(verifier, draft_models):
     cancel = threading.Event()
     drafter = Hook(make_drafter("hybrid", draft_models["noisy"]), at_call=3, action=cancel.set)
     result = SpeculativeDecoder(verifier, drafter).generate(
         [1, 2, 3, 4], GenerationConfig(max_new_tokens=200), cancel=cancel)
     assert result.stop_reason == "cancelled"
-    # The prompt's pass, then three drafted ones: the one in flight finishes, no further one starts.
-    assert result.stats.verifier_passes == 4
+    # The cancel lands while the third pass is being drafted: its forward stops at the first
+    # layer, so only the two passes before it count.
+    assert result.stats.verifier_passes == 2
     assert len(result.token_ids) < 200
+
+
+@pytest.mark.parametrize("layers_before_cancel", [0, 1, 2])
+def test_a_pass_cancelled_between_layers_leaves_the_cache_exact(verifier, draft_models, layers_before_cancel):
+    """Whatever a cancelled pass half-wrote is dropped: the next request equals a fresh decoder's."""
+    decoder = SpeculativeDecoder(verifier, make_drafter("hybrid", draft_models["noisy"]))
+    decoder.generate([9, 8, 7, 6, 5], GenerationConfig(max_new_tokens=12))
+    checks = []
+
+    def cancel_after_some_layers():
+        checks.append(1)
+        return len(checks) > layers_before_cancel
+
+    cancel = threading.Event()
+    cancel.is_set = cancel_after_some_layers  # the decoder polls the flag before every layer
+    prompt = [9, 8, 7, 6, 5, 4, 3, 2]
+    result = decoder.generate(prompt, GenerationConfig(max_new_tokens=12), cancel=cancel)
+    assert result.stop_reason == "cancelled"
+    assert decoder.kv.tokens == (prompt + result.token_ids)[: len(decoder.kv)]
+    assert all(layer.keys.shape[-2] == len(decoder.kv) for layer in decoder.kv.cache.layers)
+
+    prompt = [9, 8, 7, 6, 5, 4, 1]
+    fresh = SpeculativeDecoder(verifier, None).generate(prompt, GenerationConfig(max_new_tokens=20))
+    again = decoder.generate(prompt, GenerationConfig(max_new_tokens=20))
+    assert again.token_ids == fresh.token_ids
 
 
 def test_cancel_before_start_does_no_verifier_work(verifier):
@@ -72,8 +98,8 @@ def test_deadline_returns_the_verified_prefix(verifier, draft_models):
     drafter.action = lambda: setattr(config, "deadline", time.monotonic() - 1)
     result = decoder.generate([5, 6, 7], config)
     assert result.stop_reason == "deadline"
-    assert result.stats.verifier_passes == 5  # the prompt's pass and four drafted ones
-    assert 5 <= len(result.token_ids) < 100
+    assert result.stats.verifier_passes == 4  # every pass drafts, the prompt's included
+    assert 4 <= len(result.token_ids) < 100
     assert result.token_ids == reference[: len(result.token_ids)]  # cut at a verified token
 
 
@@ -88,7 +114,7 @@ def test_a_pass_that_would_end_past_the_deadline_is_not_started(verifier):
     drafter = Hook(make_drafter("lookup"), at_call=3, action=slow_pass_then_tight_deadline)
     result = SpeculativeDecoder(verifier, drafter).generate([5, 6, 7], config)
     assert result.stop_reason == "deadline"
-    assert result.stats.verifier_passes == 4  # the prompt's pass and three drafted ones, no more
+    assert result.stats.verifier_passes == 3  # the slow third pass, no more
 
 
 def test_deadline_passed_during_the_prefill_gives_the_prompts_token_only(verifier):
@@ -164,9 +190,8 @@ def test_chunked_prefill_is_exact_and_a_cancelled_prefill_is_reused(verifier):
     assert whole_fed == chunked_fed == 40
     assert_logits_close(chunked_logits, whole_logits)
 
-    calls = []
     cache = KVCache(verifier)
-    logits, fed = cache.prefill(prompt, should_stop=lambda: calls.append(1) or len(calls) > 2, chunk=10)
+    logits, fed = cache.prefill(prompt, should_stop=lambda: len(cache) >= 20, chunk=10)
     assert logits is None and fed == 20 and len(cache) == 20  # stopped after two chunks, keeps them
     logits, fed = cache.prefill(prompt, chunk=10)
     assert fed == 20  # the next request feeds the rest
@@ -187,4 +212,5 @@ def test_cancel_during_a_cold_prefill_returns_without_decoding(verifier):
     decoder.kv.forward = forward_then_cancel
     result = decoder.generate(list(range(1, 60)) * 6, GenerationConfig(max_new_tokens=5), cancel=cancel)
     assert result.stop_reason == "cancelled" and result.stats.verifier_passes == 0
-    assert result.stats.prefill_tokens == 128  # one chunk, then the cancel was seen
+    # The cancel lands before the first chunk's first layer: nothing was fed, nothing is kept.
+    assert result.stats.prefill_tokens == 0 and len(decoder.kv) == 0
