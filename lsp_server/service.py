@@ -147,15 +147,27 @@ class CompletionService:
 
         loop = asyncio.get_running_loop()
         self.notify_progress("busy")
+        answered: asyncio.Future = loop.create_future()
+
+        def answer_early(partial, cancel) -> None:
+            """The budget is spent: answer with what is verified; decoding goes on in the background."""
+            self.scheduler.demote(cancel)
+            loop.call_soon_threadsafe(self.answer, answered, started, cursor, partial)
 
         def job(cancel):
-            result = engine.complete(request, cancel=cancel)
+            result = engine.complete(request, cancel=cancel, on_answer=lambda partial: answer_early(partial, cancel))
             # Recorded from here, so runs cut short by $/cancelRequest are counted too.
-            loop.call_soon_threadsafe(self.finished, started, cursor, result)
+            loop.call_soon_threadsafe(self.finished, answered, started, cursor, result, is_stale)
             return result
 
+        run = asyncio.ensure_future(self.scheduler.run(uri, job, is_stale=is_stale))
+        run.add_done_callback(lambda task: task.cancelled() or task.exception())  # retrieved if answered early
         try:
-            result = await self.scheduler.run(uri, job, is_stale=is_stale)
+            await asyncio.wait({run, answered}, return_when=asyncio.FIRST_COMPLETED)
+            result = answered.result() if answered.done() else run.result()
+        except asyncio.CancelledError:
+            run.cancel()  # $/cancelRequest: the job is told to stop
+            raise
         except Superseded:
             self.telemetry.count("superseded")
             return EMPTY
@@ -170,7 +182,8 @@ class CompletionService:
         if result.stop_reason == "cancelled" or is_stale():
             self.telemetry.count("stale")
             return EMPTY
-        self.shown[uri] = Shown(cursor.prefix, cursor.suffix, result.text, result.replace_after)
+        if not answered.done():  # an early answer set it already, and decoding on may have extended it
+            self.shown[uri] = Shown(cursor.prefix, cursor.suffix, result.text, result.replace_after)
         return self.items(document, cursor, result.text, result.replace_after)
 
     def type_through(self, cursor: Cursor) -> Shown | None:
@@ -213,10 +226,26 @@ class CompletionService:
             record.text_chars = len(result.text)
         self.telemetry.record(record)
 
-    def finished(self, started: float, cursor: Cursor, result) -> None:
-        self.record(started, cursor, "model", result=result)
+    def answer(self, answered: asyncio.Future, started: float, cursor: Cursor, partial) -> None:
+        if not answered.done():
+            answered.set_result(partial)
+            self.shown[cursor.uri] = Shown(cursor.prefix, cursor.suffix, partial.text, partial.replace_after)
+            self.record(started, cursor, "model", result=partial)
+            self.notify_progress("ready")
+
+    def finished(self, answered: asyncio.Future, started: float, cursor: Cursor, result, is_stale) -> None:
+        if not answered.done():
+            self.record(started, cursor, "model", result=result)
+            self.maybe_retune()
+            self.notify_progress("ready")
+            return
+        # Answered at the budget and decoded on: the longer text serves the next keystrokes.
+        self.telemetry.count("continued")
+        shown = self.shown.get(cursor.uri)
+        if (shown is not None and not is_stale() and (shown.prefix, shown.suffix) == (cursor.prefix, cursor.suffix)
+                and result.text.startswith(shown.text)):
+            self.shown[cursor.uri] = Shown(cursor.prefix, cursor.suffix, result.text, result.replace_after)
         self.maybe_retune()
-        self.notify_progress("ready")
 
     def notify_progress(self, state: str) -> None:
         """busy while the engine works, ready after, with the live draft acceptance for status bars."""

@@ -1,0 +1,130 @@
+"""Typing at the cursor: anchored prompts, one pass per keystroke, decoding on after the answer."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+
+from engine.completion import CompletionEngine, CompletionRequest
+from engine.decoder import GenerationConfig, SpeculativeDecoder
+from engine.models.loading import load_model
+from engine.prompt import ContextBudget, encode_middle
+
+PREFIX = "".join(f"def function_{i}(value):\n    return value * {i}\n\n" for i in range(12)) + "def typed("
+SUFFIX = "\n\ndef after(x):\n    return x\n"
+PATH = "/w/typing.py"
+
+
+@pytest.fixture(scope="module")
+def verifier(tiny_model_dir):
+    return load_model(str(tiny_model_dir), dtype="float32", device="cpu")
+
+
+def new_engine(verifier, drafter="lookup") -> CompletionEngine:
+    return CompletionEngine(verifier, None, drafter=drafter,
+                            context_budget=ContextBudget(prefix_tokens=160, suffix_tokens=16, other_documents_tokens=0))
+
+
+def anchored_ids(engine: CompletionEngine, prefix: str) -> list[int]:
+    anchor = engine._anchors[PATH]
+    return anchor.token_ids + encode_middle(engine.tokenizer, engine.template, prefix[len(anchor.prefix):])
+
+
+def keystrokes(seed: int, count: int) -> list[str]:
+    """Prefixes as a user types: mostly characters at the cursor, sometimes a backspace."""
+    rng = random.Random(seed)
+    prefix, states = PREFIX, []
+    for _ in range(count):
+        if rng.random() < 0.15 and prefix != PREFIX:
+            prefix = prefix[:-1]
+        else:
+            prefix += rng.choice("abcxyz_,( )=\n    1")
+        states.append(prefix)
+    return states
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_anchored_output_equals_a_fresh_decoders_on_the_same_tokens(verifier, seed):
+    engine = new_engine(verifier)
+    eos = engine.stop_token_ids(engine.template.stop_tokens)
+    for prefix in keystrokes(seed, 12):
+        result = engine.complete(CompletionRequest(prefix=prefix, suffix=SUFFIX, path=PATH, max_new_tokens=6,
+                                                   multiline=True))
+        fresh = SpeculativeDecoder(verifier.model, None).generate(
+            anchored_ids(engine, prefix), GenerationConfig(max_new_tokens=6, eos_token_ids=eos))
+        assert result.token_ids == fresh.token_ids, prefix
+
+
+def test_a_keystroke_at_the_anchor_feeds_only_its_own_tokens(verifier):
+    engine = new_engine(verifier)
+    first = engine.complete(CompletionRequest(prefix=PREFIX, suffix=SUFFIX, path=PATH, max_new_tokens=4))
+    assert not first.anchored and first.stats.prefill_tokens > 50
+    typed = ""
+    for char in "value, other":
+        typed += char
+        result = engine.complete(CompletionRequest(prefix=PREFIX + typed, suffix=SUFFIX, path=PATH, max_new_tokens=4))
+        middle = encode_middle(engine.tokenizer, engine.template, typed)
+        assert result.anchored
+        # Only the typed text's tokens (often fewer: the cache holds their common start), never the suffix.
+        assert 1 <= result.stats.prefill_tokens <= len(middle), (typed, result.stats)
+
+
+def test_an_auto_closed_bracket_keeps_the_anchor(verifier):
+    engine = new_engine(verifier)
+    engine.complete(CompletionRequest(prefix=PREFIX, suffix=SUFFIX, path=PATH, max_new_tokens=2))
+    result = engine.complete(CompletionRequest(prefix=PREFIX + "(", suffix=")" + SUFFIX, path=PATH, max_new_tokens=2))
+    assert result.anchored and result.stats.prefill_tokens <= 2
+
+
+@pytest.mark.parametrize("prefix, suffix", [
+    (PREFIX[:-3], SUFFIX),  # the cursor moved back out of the anchored span
+    (PREFIX + "x", "# changed\n" + SUFFIX),  # an edit after the cursor
+    (PREFIX + "y" * 300, SUFFIX),  # the middle outgrew its limit
+])
+def test_leaving_the_anchor_builds_a_fresh_prompt(verifier, prefix, suffix):
+    engine = new_engine(verifier)
+    engine.complete(CompletionRequest(prefix=PREFIX, suffix=SUFFIX, path=PATH, max_new_tokens=2))
+    result = engine.complete(CompletionRequest(prefix=prefix, suffix=suffix, path=PATH, max_new_tokens=2))
+    assert not result.anchored
+    assert engine._anchors[PATH].prefix == prefix  # and anchors there
+
+
+def test_warming_leaves_the_request_only_its_last_token(verifier):
+    engine = new_engine(verifier)
+    request = CompletionRequest(prefix=PREFIX, suffix=SUFFIX, path=PATH, max_new_tokens=4)
+    fed = engine.warm(request)
+    assert fed > 50
+    result = engine.complete(request)
+    assert result.stats.prefill_tokens == 1
+    assert result.token_ids == new_engine(verifier).complete(request).token_ids
+
+
+def test_decoding_goes_on_after_the_answer_at_the_budget(verifier):
+    engine = new_engine(verifier, drafter="none")
+    request = CompletionRequest(prefix=PREFIX, suffix=SUFFIX, path=PATH, max_new_tokens=12, multiline=True,
+                                budget_ms=1, received_at=time.monotonic() - 1)
+    answers = []
+    final = engine.complete(request, on_answer=answers.append)
+    assert len(answers) == 1 and answers[0].stop_reason == "deadline" and len(answers[0].token_ids) == 1
+    reference = new_engine(verifier, drafter="none").complete(
+        CompletionRequest(prefix=PREFIX, suffix=SUFFIX, path=PATH, max_new_tokens=12, multiline=True))
+    assert final.token_ids == reference.token_ids and len(final.token_ids) > 1
+
+
+def test_the_next_keystroke_cancels_decoding_after_the_answer(verifier):
+    engine = new_engine(verifier, drafter="none")
+    cancel = threading.Event()
+    request = CompletionRequest(prefix=PREFIX, suffix=SUFFIX, path=PATH, max_new_tokens=40, multiline=True,
+                                budget_ms=1, received_at=time.monotonic() - 1)
+    final = engine.complete(request, cancel=cancel, on_answer=lambda partial: cancel.set())
+    assert final.stop_reason == "cancelled" and len(final.token_ids) == 1
+    # The cache is exact afterwards: the next keystroke's output equals a fresh decoder's.
+    again = engine.complete(CompletionRequest(prefix=PREFIX + "v", suffix=SUFFIX, path=PATH, max_new_tokens=8,
+                                              multiline=True))
+    eos = engine.stop_token_ids(engine.template.stop_tokens)
+    fresh = SpeculativeDecoder(verifier.model, None).generate(
+        anchored_ids(engine, PREFIX + "v"), GenerationConfig(max_new_tokens=8, eos_token_ids=eos))
+    assert again.anchored and again.token_ids == fresh.token_ids
