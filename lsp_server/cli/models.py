@@ -9,19 +9,19 @@ import argparse
 import json
 import sys
 
-from engine.models import registry
+from engine.models import presets, registry, store
 from engine.errors import ModelError
 
 GB = 1e9
 
 
 def _names() -> str:
-    return ", ".join([*registry.PAIRS, *registry.PRESETS])
+    return ", ".join([*presets.PAIRS, *presets.PRESETS])
 
 
 def add_parsers(sub) -> None:
     models = sub.add_parser("models", help="pull, list, verify and remove model presets",
-                            description=f"Model presets in $QUICKDRAFT_HOME (now {registry.quickdraft_home()}).")
+                            description=f"Model presets in $QUICKDRAFT_HOME (now {store.quickdraft_home()}).")
     actions = models.add_subparsers(dest="models_command", required=True)
 
     pull = actions.add_parser("pull", help="download, check and convert a preset (or `default`, the pair)")
@@ -78,7 +78,7 @@ def _list(args: argparse.Namespace) -> int:
         path = info.path if info.installed else f"(quickdraft models pull {info.name})"
         print(f"{info.name:<20} {'installed' if info.installed else 'missing':<10} {size:>8} "
               f"{info.dtype or '-':<9} {info.source or '-':<6} {', '.join(info.roles) or '-':<18} {path}")
-    for pair, members in registry.PAIRS.items():
+    for pair, members in presets.PAIRS.items():
         print(f"{pair} = {members['verifier']} (verifier) + {members['draft']} (draft)")
     return 0
 
