@@ -17,10 +17,11 @@ import torch
 
 from engine.anchor import Anchor, typed_since
 from engine.decoder import GenerationConfig, GenerationResult, SpeculativeDecoder
-from engine.drafters import DRAFTER_MODES, make_drafter
+from engine.drafters import make_drafter
 from engine.errors import ModelError, PromptError
 from engine.fim import FimTemplate, detect_fim_template
 from engine.models.loading import LoadedModel, check_pair, load_model
+from engine.modes import check_drafter, needs_draft_model
 from engine.postprocess import postprocess, stop_strings_for
 from engine.prompt import ContextBudget, build_prompt, encode_middle
 from engine.stats import DecodeStats
@@ -113,7 +114,7 @@ class CompletionEngine:
             raise ModelError("drafter 'draft' needs a draft model: pass --draft, or use --drafter lookup")
         loaded_verifier = load_model(verifier, dtype=dtype, device=device, role="verifier")
         loaded_draft = None
-        if draft != "none" and drafter in ("draft", "hybrid"):
+        if draft != "none" and needs_draft_model(drafter):
             loaded_draft = load_model(draft, dtype=dtype, device=device, role="draft")
             check_pair(loaded_verifier, loaded_draft)
         budget = CPU_CONTEXT_BUDGET if loaded_verifier.device.type == "cpu" else ContextBudget()
@@ -122,9 +123,7 @@ class CompletionEngine:
 
     def set_drafter(self, mode: str) -> None:
         """Switch drafting mode; 'draft'/'hybrid' fall back to 'lookup' without a draft model."""
-        if mode not in DRAFTER_MODES:
-            raise PromptError(f"unknown drafter {mode!r}; choose one of {', '.join(DRAFTER_MODES)}")
-        if mode in ("draft", "hybrid") and self.draft is None:
+        if needs_draft_model(check_drafter(mode)) and self.draft is None:
             mode = "lookup"
         if mode != self.drafter_mode:
             draft_model = self.draft.model if self.draft is not None else None

@@ -11,3 +11,7 @@ class ModelError(QuickdraftError):
 
 class PromptError(QuickdraftError):
     """The prompt cannot be decoded (empty, or unusable for the model)."""
+
+
+class ConfigError(QuickdraftError, ValueError):
+    """An option or setting names something quickdraft does not know (a drafter, a policy)."""

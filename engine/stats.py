@@ -1,7 +1,12 @@
-"""Per-call decoding figures: what was drafted, accepted and emitted, and where time went."""
+"""Decoding figures: what was drafted, accepted and emitted, where time went; percentiles.
+
+No torch here: the server's telemetry and the benchmarks use it too.
+"""
 
 from __future__ import annotations
 
+import math
+from typing import Sequence
 from dataclasses import asdict, dataclass, field
 
 
@@ -62,3 +67,16 @@ class DecodeStats:
         for key in ("prefill_ms", "draft_ms", "verify_ms", "decode_ms"):
             data[key] = round(data[key], 3)
         return data
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile, q in 0..100: the smallest value with at least q% of the values
+    at or below it (rank ceil(q/100 * n), at least 1). Always one of the values, never an
+    interpolation; None for no values. p50 of 1..10 is 5, p90 is 9, p100 is 10, p0 is 1.
+    """
+    if not values:
+        return None
+    ordered = sorted(values)
+    # The epsilon keeps q/100 * n from rounding up past an exact rank (0.29 * 100 = 28.999…).
+    rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered) - 1e-9)))
+    return ordered[rank - 1]

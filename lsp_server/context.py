@@ -12,6 +12,7 @@ from urllib.parse import unquote, urlparse
 from lsprotocol import types
 
 from engine.completion import CompletionRequest
+from engine.modes import multiline_flag
 from lsp_server.settings import Settings
 
 MAX_OTHER_DOCUMENTS = 8
@@ -77,7 +78,6 @@ def other_documents(workspace, current_uri: str) -> list[tuple[str, str]]:
 
 
 def build_request(cursor: Cursor, settings: Settings, workspace, received_at: float | None = None) -> CompletionRequest:
-    multiline = {"auto": None, "always": True, "never": False}[settings.multiline]
     return CompletionRequest(
         prefix=cursor.prefix,
         suffix=cursor.suffix,
@@ -85,7 +85,7 @@ def build_request(cursor: Cursor, settings: Settings, workspace, received_at: fl
         language=cursor.language_id,
         other_documents=other_documents(workspace, cursor.uri),
         max_new_tokens=settings.max_new_tokens,
-        multiline=multiline,
+        multiline=multiline_flag(settings.multiline),
         budget_ms=settings.budget_ms,
         received_at=received_at,
     )

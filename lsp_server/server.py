@@ -10,19 +10,13 @@ from pygls.exceptions import JsonRpcException
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 
+from lsp_server.plain_data import plain_data
 from lsp_server.service import ACCEPT_COMMAND, CompletionService
 from lsp_server.settings import Settings, apply_client_settings
 
 log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
-
-
-def _plain(value: Any) -> Any:
-    """Custom notifications arrive as attrs objects or dicts; give handlers plain dicts."""
-    if value is None or isinstance(value, (str, int, float, bool, list, dict)):
-        return value
-    return {k: getattr(value, k) for k in dir(value) if not k.startswith("_") and not callable(getattr(value, k))}
 
 
 class Protocol(LanguageServerProtocol):
@@ -71,19 +65,19 @@ def create_server(settings: Settings) -> LanguageServer:
     @server.command(ACCEPT_COMMAND)
     def accepted(ls: LanguageServer, *args) -> None:
         for arg in args:
-            item_id = (_plain(arg) or {}).get("id") if not isinstance(arg, str) else arg
+            item_id = (plain_data(arg) or {}).get("id") if not isinstance(arg, str) else arg
             if item_id:
                 service.telemetry.did_accept(str(item_id))
 
     @server.feature("quickdraft/didShowCompletion")
     def did_show(ls: LanguageServer, params) -> None:
-        item_id = (_plain(params) or {}).get("id")
+        item_id = (plain_data(params) or {}).get("id")
         if item_id:
             service.telemetry.did_show(str(item_id))
 
     @server.feature("quickdraft/didPartiallyAcceptCompletion")
     def did_partially_accept(ls: LanguageServer, params) -> None:
-        data = _plain(params) or {}
+        data = plain_data(params) or {}
         if data.get("id"):
             service.telemetry.did_partially_accept(str(data["id"]), int(data.get("acceptedLength") or 0))
 
@@ -94,7 +88,7 @@ def create_server(settings: Settings) -> LanguageServer:
     @server.feature("quickdraft/document")
     def document(ls: LanguageServer, params) -> dict | None:
         """The text and version the server holds for a URI: for support and sync tests."""
-        uri = (_plain(params) or {}).get("uri")
+        uri = (plain_data(params) or {}).get("uri")
         doc = ls.workspace.text_documents.get(uri) if isinstance(uri, str) else None
         return None if doc is None else {"uri": uri, "version": doc.version, "text": doc.source}
 

@@ -6,10 +6,9 @@ import logging
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-log = logging.getLogger(__name__)
+from engine.modes import DRAFTER_MODES, MULTILINE_POLICIES, needs_draft_model
 
-MULTILINE_POLICIES = ("auto", "always", "never")
-DRAFTERS = ("hybrid", "lookup", "draft", "none")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -31,7 +30,7 @@ class Settings:
 
     def model_key(self) -> tuple:
         """Settings whose change means loading models again."""
-        return (self.verifier, self.draft if self.drafter in ("draft", "hybrid") else "none", self.dtype, self.device)
+        return (self.verifier, self.draft if needs_draft_model(self.drafter) else "none", self.dtype, self.device)
 
     def language_enabled(self, language_id: str | None) -> bool:
         return self.enabled and (language_id or "") not in self.disabled_languages
@@ -83,9 +82,9 @@ def _coerce(name: str, value: Any, annotation: str) -> Any:
             raise TypeError("expected a list of language ids")
         return tuple(value)
     if name == "multiline" and value not in MULTILINE_POLICIES:
-        raise ValueError(f"expected one of {MULTILINE_POLICIES}")
-    if name == "drafter" and value not in DRAFTERS:
-        raise ValueError(f"expected one of {DRAFTERS}")
+        raise ValueError(f"expected one of {tuple(MULTILINE_POLICIES)}")
+    if name == "drafter" and value not in DRAFTER_MODES:
+        raise ValueError(f"expected one of {DRAFTER_MODES}")
     if "bool" in annotation:
         if not isinstance(value, bool):
             raise TypeError("expected true or false")

@@ -12,6 +12,9 @@ import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
 
+from engine.modes import needs_draft_model
+from engine.stats import percentile
+
 log = logging.getLogger(__name__)
 
 WINDOW = 32  # requests in the rolling window
@@ -41,15 +44,6 @@ class RequestRecord:
     @property
     def within_budget(self) -> bool:
         return self.latency_ms <= self.budget_ms
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
-    return ordered[rank - 1]
 
 
 class Telemetry:
@@ -103,7 +97,7 @@ class Telemetry:
 
     def retune(self, mode: str) -> tuple[str, str] | None:
         """(new mode, reason) when the draft model's recent acceptance says it is not paying."""
-        if mode not in ("hybrid", "draft"):
+        if not needs_draft_model(mode):
             return None
         rate, drafted = self.window_acceptance("draft")
         if rate is None or drafted < RETUNE_MIN_DRAFTED or rate >= RETUNE_THRESHOLD:

@@ -15,16 +15,7 @@ from typing import Any
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
-
-def as_dict(value: Any) -> Any:
-    """pygls hands custom results back as attribute objects; turn them into plain data."""
-    if hasattr(value, "_asdict"):  # pygls's Object is a namedtuple: check it before tuple
-        return {k: as_dict(v) for k, v in value._asdict().items()}
-    if isinstance(value, (list, tuple)):
-        return [as_dict(v) for v in value]
-    if isinstance(value, dict):
-        return {k: as_dict(v) for k, v in value.items()}
-    return value
+from lsp_server.plain_data import plain_data
 
 
 class ServerSession:
@@ -39,7 +30,7 @@ class ServerSession:
 
         @self.client.feature("quickdraft/status")
         def status(ls, params):
-            self.statuses.append(as_dict(params))
+            self.statuses.append(plain_data(params))
 
         @self.client.feature(types.WINDOW_LOG_MESSAGE)
         def log_message(ls, params):
@@ -118,7 +109,7 @@ class ServerSession:
     def request(self, method: str, params: Any = None) -> Any:
         async def send():
             return await self.client.protocol.send_request_async(method, params or {})
-        return as_dict(self.run(send()))
+        return plain_data(self.run(send()))
 
     def stats(self) -> dict:
         return self.request("quickdraft/stats")

@@ -14,7 +14,7 @@ import textwrap
 
 from engine.bench.decode import first_difference, positions_matching
 from engine.bench.corpus import HOLE_KINDS, body_holes, default_corpus, make_holes, midline_holes, statement_end_holes
-from lsp_server.bench.session import judge, percentile
+from lsp_server.bench.session import judge
 from lsp_server.cli import main as cli_main
 
 ENGINE_MODES = ("hf-greedy", "hf-assisted", "hf-prompt-lookup", "quickdraft-lookup", "quickdraft-draft",
@@ -71,15 +71,6 @@ def test_judge_exact_match_and_accepted_characters():
     assert judge("return y", "return x") == (False, 7)
     assert judge("", "return x") == (False, 0)
     assert judge("   ", "   x") == (False, 3)  # whitespace only is never an exact match
-
-
-def test_percentile_is_nearest_rank_and_ordered():
-    values = [float(v) for v in range(1, 101)]
-    assert percentile(values, 50) == 50.0 and percentile(values, 90) == 90.0 and percentile(values, 99) == 99.0
-    assert percentile([], 50) is None
-    rng = random.Random(0)
-    sample = [rng.expovariate(0.01) for _ in range(37)]
-    assert percentile(sample, 50) <= percentile(sample, 90) <= percentile(sample, 99) <= max(sample)
 
 
 # ----------------------------------------------------------------------------- corpus and holes

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from engine.completion import CompletionEngine, CompletionRequest
-from engine.errors import PromptError
+from engine.errors import ConfigError, PromptError
 from engine.models.loading import load_model
 from engine.prompt import ContextBudget
 
@@ -72,7 +72,7 @@ def test_switching_drafters(engine):
     assert engine.generate("a = 1\n", max_new_tokens=3).stats.drafted == 0
     engine.set_drafter("hybrid")  # no draft model: falls back to lookup
     assert engine.drafter_mode == "lookup"
-    with pytest.raises(PromptError):
+    with pytest.raises(ConfigError, match="unknown drafter 'medusa'"):
         engine.set_drafter("medusa")
 
 

@@ -10,7 +10,8 @@ import time
 import pytest
 from lsprotocol import types
 
-from lsp_client import ServerSession, as_dict
+from lsp_client import ServerSession
+from lsp_server.plain_data import plain_data
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -245,7 +246,7 @@ def test_custom_notifications_are_counted(server, tmp_path):
     server.open(uri, "def q():\n    return ")
     items = items_of(server.complete(uri, 1, 11))
     assert items
-    item_id = as_dict(items[0].command.arguments[0])["id"]
+    item_id = plain_data(items[0].command.arguments[0])["id"]
     before = server.stats()
     server.notify("quickdraft/didShowCompletion", {"id": item_id})
     server.notify("quickdraft/didPartiallyAcceptCompletion", {"id": item_id, "acceptedLength": 2})

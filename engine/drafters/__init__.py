@@ -7,22 +7,19 @@ from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.prompt_lookup import NgramIndex, PromptLookupDrafter
 from engine.errors import ModelError
-
-DRAFTER_MODES = ("hybrid", "lookup", "draft", "none")
+from engine.modes import check_drafter, needs_draft_model
 
 
 def make_drafter(mode: str, draft_model=None, *, max_draft_tokens: int = 8, generator=None) -> Drafter | None:
     """The drafter for a mode name; None means plain decoding (one verifier pass per token)."""
-    if mode not in DRAFTER_MODES:
-        raise ValueError(f"unknown drafter {mode!r}; choose one of {', '.join(DRAFTER_MODES)}")
-    if mode == "none":
+    if check_drafter(mode) == "none":
         return None
     if mode == "draft" and draft_model is None:
         raise ModelError("drafter 'draft' needs a draft model; pass --draft or choose --drafter lookup")
     lookup = PromptLookupDrafter(max_tokens=max_draft_tokens)
     model_drafter = (
         DraftModelDrafter(draft_model, max_tokens=max_draft_tokens, generator=generator)
-        if draft_model is not None and mode in ("draft", "hybrid")
+        if draft_model is not None and needs_draft_model(mode)
         else None
     )
     if mode == "lookup":
@@ -33,6 +30,6 @@ def make_drafter(mode: str, draft_model=None, *, max_draft_tokens: int = 8, gene
 
 
 __all__ = [
-    "DRAFTER_MODES", "Draft", "DraftLength", "DraftModelDrafter", "Drafter", "HybridDrafter",
+    "Draft", "DraftLength", "DraftModelDrafter", "Drafter", "HybridDrafter",
     "NgramIndex", "PromptLookupDrafter", "make_drafter",
 ]

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 import platform
 import random
@@ -24,12 +23,14 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
 from engine.bench.corpus import Hole, body_holes, default_corpus, display_path, expand_paths, read_source
+from engine.stats import percentile
+from lsp_server.plain_data import plain_data
 
 log = logging.getLogger(__name__)
 
@@ -85,26 +86,6 @@ class RequestRecord:
     within_budget: bool | None = None
     server: dict | None = None  # the server's record of this request (quickdraft/stats), if found
     error: str = ""
-
-
-def _as_dict(value: Any) -> Any:
-    """pygls hands custom results back as attribute objects; turn them into plain data."""
-    if hasattr(value, "_asdict"):
-        return {k: _as_dict(v) for k, v in value._asdict().items()}
-    if isinstance(value, (list, tuple)):
-        return [_as_dict(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _as_dict(v) for k, v in value.items()}
-    return value
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100): the smallest value with at least q% of values at or below it."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered) - 1e-9)))
-    return ordered[rank - 1]
 
 
 def utf16_len(text: str) -> int:
@@ -167,7 +148,7 @@ class SessionClient:
 
         @self.client.feature("quickdraft/status")
         def on_status(ls, params) -> None:
-            status = _as_dict(params)
+            status = plain_data(params)
             status = status if isinstance(status, dict) else {}
             self.statuses.append(status)
             if status.get("state") in ("ready", "error"):
@@ -217,7 +198,7 @@ class SessionClient:
             log.warning("client stop: %s", error)
 
     async def stats(self) -> dict:
-        result = _as_dict(await self.client.protocol.send_request_async("quickdraft/stats", {}))
+        result = plain_data(await self.client.protocol.send_request_async("quickdraft/stats", {}))
         result = result if isinstance(result, dict) else {}
         for record in result.get("recent") or []:
             if isinstance(record, dict):

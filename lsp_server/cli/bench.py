@@ -15,7 +15,7 @@ import logging
 import sys
 from pathlib import Path
 
-from lsp_server.cli.generate import DRAFTERS
+from engine.modes import DRAFTER_MODES
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def add_parsers(sub) -> None:
 
     session = kinds.add_parser("session", help="type through real files into `quickdraft serve`, measure every completion")
     _common(session)
-    session.add_argument("--drafter", action="append", choices=DRAFTERS,
+    session.add_argument("--drafter", action="append", choices=DRAFTER_MODES,
                          help="server drafter; repeat for one session each (default: the server's default)")
     session.add_argument("--files", type=int, help="files to type into (default 4; --quick 1)")
     session.add_argument("--holes-per-file", type=int, help="function bodies per file (default 2; --quick 1)")

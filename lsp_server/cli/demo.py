@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from engine.errors import QuickdraftError
-from lsp_server.cli.generate import DRAFTERS
+from engine.modes import DRAFTER_MODES
 
 DEMO_MODULE = "textwrap.py"  # in every Python, plain code, stable across versions
 CPU_DEMO_BUDGET_MS = 120_000.0
@@ -30,7 +30,7 @@ def add_parsers(sub) -> None:
     # The default pair, whatever the machine: the demo shows speculative decoding at work.
     demo.add_argument("--verifier", default="qwen2.5-coder-1.5b")
     demo.add_argument("--draft", default="qwen2.5-coder-0.5b")
-    demo.add_argument("--drafter", choices=DRAFTERS, default="hybrid")
+    demo.add_argument("--drafter", choices=DRAFTER_MODES, default="hybrid")
     demo.add_argument("--dtype")
     demo.add_argument("--budget-ms", type=float,
                       help=f"latency budget (default: the server's; {CPU_DEMO_BUDGET_MS:.0f} on a CPU, "

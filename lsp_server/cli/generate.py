@@ -8,15 +8,14 @@ import sys
 from pathlib import Path
 
 from engine.errors import QuickdraftError
-
-DRAFTERS = ("hybrid", "lookup", "draft", "none")
+from engine.modes import DRAFTER_MODES, MULTILINE_POLICIES, multiline_flag
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """Model and decoding flags shared by generate, complete and serve."""
     parser.add_argument("--verifier", help="preset name, model directory or .gguf file (default: the default pair)")
     parser.add_argument("--draft", help="draft model (preset, directory, .gguf) or 'none'")
-    parser.add_argument("--drafter", choices=DRAFTERS, default="hybrid", help="drafting mode (default: hybrid)")
+    parser.add_argument("--drafter", choices=DRAFTER_MODES, default="hybrid", help="drafting mode (default: hybrid)")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--max-draft-tokens", type=int, default=8)
     parser.add_argument("--dtype", help="bfloat16 | float16 | float32 (default: bf16 where fast, else fp32)")
@@ -35,7 +34,7 @@ def add_parsers(sub) -> None:
     complete.add_argument("file", help="source file")
     complete.add_argument("--line", type=int, required=True, help="0-based line, as in LSP")
     complete.add_argument("--character", type=int, required=True, help="0-based character (code point) in the line")
-    complete.add_argument("--multiline", choices=("auto", "always", "never"), default="auto")
+    complete.add_argument("--multiline", choices=tuple(MULTILINE_POLICIES), default="auto")
     complete.add_argument("--budget-ms", type=float, help="stop at this latency and answer with what is verified")
     add_output_arguments(complete)
     complete.set_defaults(handler=run_complete)
@@ -96,7 +95,7 @@ def run_complete(args: argparse.Namespace) -> int:
     engine = load_engine(args)
     request = CompletionRequest(
         prefix=prefix, suffix=suffix, path=str(Path(args.file).resolve()), max_new_tokens=args.max_new_tokens,
-        multiline={"auto": None, "always": True, "never": False}[args.multiline],
+        multiline=multiline_flag(args.multiline),
         budget_ms=args.budget_ms, temperature=args.temperature, seed=args.seed,
     )
     result = engine.complete(request)

@@ -6,7 +6,7 @@ import argparse
 import logging
 from dataclasses import replace
 
-from lsp_server.cli.generate import DRAFTERS
+from engine.modes import DRAFTER_MODES
 
 
 def add_parsers(sub) -> None:
@@ -14,7 +14,7 @@ def add_parsers(sub) -> None:
     # No defaults here: unset flags keep the machine's defaults (see settings.machine_defaults).
     serve.add_argument("--verifier", help="preset name, model directory or .gguf file")
     serve.add_argument("--draft", help="draft model (preset, directory, .gguf) or 'none'")
-    serve.add_argument("--drafter", choices=DRAFTERS)
+    serve.add_argument("--drafter", choices=DRAFTER_MODES)
     serve.add_argument("--max-new-tokens", type=int)
     serve.add_argument("--budget-ms", type=float, help="latency budget per completion (default 200)")
     serve.add_argument("--dtype", help="bfloat16 | float16 | float32")
