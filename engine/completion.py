@@ -17,7 +17,7 @@ import torch
 
 from engine.anchor import Anchor, typed_since
 from engine.decoder import GenerationConfig, GenerationResult, SpeculativeDecoder
-from engine.drafters import make_drafter
+from engine.drafters import DrafterConfig, make_drafter
 from engine.errors import ModelError, PromptError
 from engine.fim import FimTemplate, detect_fim_template
 from engine.models.loading import LoadedModel, check_pair, load_model
@@ -127,7 +127,7 @@ class CompletionEngine:
             mode = "lookup"
         if mode != self.drafter_mode:
             draft_model = self.draft.model if self.draft is not None else None
-            self.decoder.drafter = make_drafter(mode, draft_model, max_draft_tokens=self.max_draft_tokens)
+            self.decoder.drafter = make_drafter(mode, draft_model, DrafterConfig(max_draft_tokens=self.max_draft_tokens))
             self.drafter_mode = mode
 
     @property

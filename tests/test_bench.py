@@ -8,12 +8,12 @@ quality; what is checked is that both harnesses run through the real CLI, the re
 from __future__ import annotations
 
 import json
-import random
 import textwrap
+from dataclasses import asdict
 
-
-from engine.bench.decode import first_difference, positions_matching
 from engine.bench.corpus import HOLE_KINDS, body_holes, default_corpus, make_holes, midline_holes, statement_end_holes
+from engine.bench.figures import first_difference, positions_matching
+from engine.drafters.config import DrafterConfig
 from lsp_server.bench.session import judge
 from lsp_server.cli import main as cli_main
 
@@ -155,10 +155,10 @@ def test_engine_bench_end_to_end_on_tiny_models(tiny_model_dir, tiny_draft_dir, 
         assert modes[name]["first_difference_median"] is None, name
     assert result["quickdraft_identical_to_hf_greedy"] is True
 
-    knobs = result["config"]["knobs_effective"]
-    assert knobs["quickdraft-hybrid+tuned"]["confidence_threshold"] == 0.8
-    assert knobs["quickdraft-hybrid+tuned"]["hybrid_min_match"] == 3
-    assert knobs["quickdraft-hybrid"]["confidence_threshold"] != 0.8 or knobs["quickdraft-hybrid"]["hybrid_min_match"] != 3
+    drafters = result["config"]["drafters_per_mode"]
+    assert drafters["quickdraft-hybrid+tuned"]["confidence_threshold"] == 0.8
+    assert drafters["quickdraft-hybrid+tuned"]["hybrid_min_match"] == 3
+    assert drafters["quickdraft-hybrid"] == result["config"]["drafters"] == asdict(DrafterConfig())
 
     targets = {t["versus"]: t for t in result["targets"]}
     assert set(targets) == {"hf-greedy", "hf-assisted", "hf-prompt-lookup"}

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.decoder import GenerationConfig, SpeculativeDecoder
-from engine.drafters import Draft, make_drafter
+from engine.drafters import Draft, DrafterConfig, make_drafter
 from engine.verify import SamplingParams
 
 from tiny_models import TINY_VOCAB
@@ -62,7 +62,7 @@ def test_greedy_output_equals_verifier_generate(verifier, draft_models, prompt, 
     if mode == "adversarial":
         drafter = AlwaysWrongDrafter(verifier)
     else:
-        drafter = make_drafter(mode, draft_models[draft_kind], max_draft_tokens=k)
+        drafter = make_drafter(mode, draft_models[draft_kind], DrafterConfig(max_draft_tokens=k))
     decoder = SpeculativeDecoder(verifier, drafter)
     config = GenerationConfig(max_new_tokens=max_new_tokens, max_draft_tokens=k,
                               eos_token_ids=[eos] if eos is not None else [])
@@ -90,7 +90,7 @@ def test_reused_decoder_stays_exact_across_requests(verifier, draft_models):
 
 
 def test_identical_draft_is_always_accepted(verifier):
-    decoder = SpeculativeDecoder(verifier, make_drafter("draft", verifier, max_draft_tokens=4))
+    decoder = SpeculativeDecoder(verifier, make_drafter("draft", verifier, DrafterConfig(max_draft_tokens=4)))
     result = decoder.generate([1, 2, 3, 4, 5], GenerationConfig(max_new_tokens=30, max_draft_tokens=4))
     stats = result.stats
     assert stats.accepted == stats.drafted > 0

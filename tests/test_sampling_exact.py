@@ -16,7 +16,7 @@ import torch
 from scipy.stats import chisquare
 
 from engine.decoder import GenerationConfig, SpeculativeDecoder
-from engine.drafters import make_drafter
+from engine.drafters import DrafterConfig, make_drafter
 from engine.models.tiny import build_model
 from engine.verify import SamplingParams, probs_from_logits, speculative_accept
 
@@ -77,7 +77,7 @@ def test_speculative_samples_follow_the_verifier(small_verifier, drafter_mode, p
     torch.manual_seed(1234)
     draft = noisy_copy(small_verifier, seed=5, scale=0.5)
     prompt = [1, 2, 3, 4, 5, 6, 7, 0, 1, 2]  # every token recurs, so prompt lookup always has a proposal
-    decoder = SpeculativeDecoder(small_verifier, make_drafter(drafter_mode, draft, max_draft_tokens=2))
+    decoder = SpeculativeDecoder(small_verifier, make_drafter(drafter_mode, draft, DrafterConfig(max_draft_tokens=2)))
     counts: Counter = Counter()
     drafted = 0
     for seed in range(SAMPLES):

@@ -19,12 +19,13 @@ class DraftModelDrafter:
         model,
         *,
         max_tokens: int = 8,
+        initial_length: int = 4,
         confidence_threshold: float = 0.4,
         generator: torch.Generator | None = None,
     ) -> None:
         # The cache persists across requests: the next prompt usually shares a long prefix.
         self.kv = KVCache(model)
-        self.length = DraftLength(initial=4, minimum=1, maximum=max_tokens)
+        self.length = DraftLength(initial=initial_length, minimum=1, maximum=max_tokens)
         self.confidence_threshold = confidence_threshold
         self.generator = generator
 

@@ -45,8 +45,9 @@ class NgramIndex:
 class PromptLookupDrafter:
     name = "lookup"
 
-    def __init__(self, *, min_n: int = 1, max_n: int = 4, max_tokens: int = 10) -> None:
+    def __init__(self, *, min_n: int = 1, max_n: int = 4, max_tokens: int = 10, min_match: int = 1) -> None:
         self.min_n, self.max_n = min_n, max_n
+        self.min_match = min_match  # shorter matches propose nothing (the hybrid drafter asks for 2)
         self.length = DraftLength(initial=max_tokens, minimum=2, maximum=max_tokens)
         self.sequence = NgramIndex(min_n, max_n)
         self.streams: list[NgramIndex] = []
@@ -70,8 +71,8 @@ class PromptLookupDrafter:
         return best_n, best
 
     def propose(self, tokens: Sequence[int], max_tokens: int, sampling: SamplingParams) -> Draft:
-        _, continuation = self.match(tokens, min(max_tokens, self.length.value))
-        return Draft(continuation, None, self.name)
+        n, continuation = self.match(tokens, min(max_tokens, self.length.value))
+        return Draft(continuation if n >= self.min_match else [], None, self.name)
 
     def observe(self, draft: Draft, accepted: int) -> None:
         self.length.update(len(draft.tokens), accepted)

@@ -88,9 +88,10 @@ def _pick(value, quick: bool, quick_value, default):
 
 
 def run_engine(args: argparse.Namespace) -> int:
-    from engine.bench.decode import ALL_MODES, DEFAULT_MODES, TUNED, DrafterKnobs, EngineBenchConfig, format_table, \
-        run_engine_bench, valid_mode, write_plots
     from engine.bench.corpus import default_corpus, expand_paths, make_holes
+    from engine.bench.decode import ALL_MODES, DEFAULT_MODES, TUNED, EngineBenchConfig, mode_needs_draft_model, \
+        run_engine_bench, valid_mode
+    from engine.bench.report import format_table, write_plots
     from engine.errors import QuickdraftError
     from engine.models.loading import check_pair, load_model
 
@@ -111,9 +112,9 @@ def run_engine(args: argparse.Namespace) -> int:
         prefix_tokens=_pick(args.prefix_tokens, args.quick, 512, 1024),
         suffix_tokens=_pick(args.suffix_tokens, args.quick, 128, 256),
         hf_lookup_tokens=args.hf_lookup_tokens, stop_at_eos=args.stop_at_eos,
-        knobs=DrafterKnobs(max_draft_tokens=args.max_draft_tokens, lookup_min_n=args.lookup_min_n,
-                           lookup_max_n=args.lookup_max_n, confidence_threshold=args.confidence_threshold,
-                           hybrid_min_match=args.hybrid_min_match, draft_initial_length=args.draft_initial_length),
+        drafters=_drafter_config(max_draft_tokens=args.max_draft_tokens, lookup_min_n=args.lookup_min_n,
+                                 lookup_max_n=args.lookup_max_n, confidence_threshold=args.confidence_threshold,
+                                 hybrid_min_match=args.hybrid_min_match, draft_initial_length=args.draft_initial_length),
         tuned=tuned, progress=not args.no_progress,
     )
     files = (expand_paths(args.paths, args.seed) if args.paths
@@ -122,7 +123,7 @@ def run_engine(args: argparse.Namespace) -> int:
     if not holes:
         raise QuickdraftError("no FIM hole could be cut from the corpus; name other source files or folders")
 
-    needs_draft = any(m.removesuffix(TUNED) in ("hf-assisted", "quickdraft-draft", "quickdraft-hybrid") for m in modes)
+    needs_draft = any(mode_needs_draft_model(m) for m in modes)
     verifier = load_model(args.verifier, dtype=args.dtype, role="verifier")
     draft = None
     if needs_draft and args.draft != "none":
@@ -139,14 +140,21 @@ def run_engine(args: argparse.Namespace) -> int:
     return 0
 
 
+def _drafter_config(**flags):
+    """The shipped DrafterConfig with the flags that were given (None: not given)."""
+    from engine.drafters.config import DrafterConfig
+
+    return DrafterConfig(**{name: value for name, value in flags.items() if value is not None})
+
+
 def _parse_knobs(text: str, max_draft_tokens: int):
-    """"confidence_threshold=0.8,hybrid_min_match=3" → DrafterKnobs."""
+    """"confidence_threshold=0.8,hybrid_min_match=3" → a DrafterConfig (the rest as shipped)."""
     from dataclasses import fields
 
-    from engine.bench.decode import DrafterKnobs
+    from engine.drafters.config import DrafterConfig
     from engine.errors import QuickdraftError
 
-    types = {f.name: (float if "float" in str(f.type) else int) for f in fields(DrafterKnobs)}
+    types = {f.name: (float if "float" in str(f.type) else int) for f in fields(DrafterConfig)}
     values: dict = {"max_draft_tokens": max_draft_tokens}
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, _, value = item.partition("=")
@@ -157,7 +165,7 @@ def _parse_knobs(text: str, max_draft_tokens: int):
             values[key] = types[key](value)
         except ValueError:
             raise QuickdraftError(f"--tuned: {key} needs a number, got {value!r}") from None
-    return DrafterKnobs(**values)
+    return DrafterConfig(**values)
 
 
 def run_session(args: argparse.Namespace) -> int:
