@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from engine.models.tiny import build_model, write_tiny_model
-from tiny_models import TINY_VOCAB, noisy_copy
+from support.tiny_models import TINY_VOCAB, noisy_copy
 
 torch.set_num_threads(2)
 

@@ -10,7 +10,7 @@ from engine.decoder import GenerationConfig, SpeculativeDecoder
 from engine.drafters import Draft, DrafterConfig, make_drafter
 from engine.verify import SamplingParams
 
-from tiny_models import TINY_VOCAB
+from support.tiny_models import TINY_VOCAB
 
 
 def reference(verifier, prompt: list[int], max_new_tokens: int, eos: int | None) -> list[int]:

@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from engine.decoder import GenerationConfig, SpeculativeDecoder
 from engine.drafters import make_drafter
 from engine.errors import PromptError
-from tiny_models import assert_logits_close
+from support.tiny_models import assert_logits_close
 
 
 class Hook:

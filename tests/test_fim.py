@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from toy_tokenizers import make_tokenizer  # noqa: E402
+from support.toy_tokenizers import make_tokenizer  # noqa: E402
 
 from engine.errors import PromptError  # noqa: E402
 from engine.fim import detect_fim_template, line_comment  # noqa: E402

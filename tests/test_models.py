@@ -27,7 +27,7 @@ from engine.models.loading import (
     shared_vocab_size,
 )
 
-from model_fixtures import write_tiny_gguf
+from support.model_fixtures import write_tiny_gguf
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent))
-from toy_tokenizers import make_tokenizer  # noqa: E402
+from support.toy_tokenizers import make_tokenizer  # noqa: E402
 
 from engine.fim import detect_fim_template  # noqa: E402
 from engine.prompt import ContextBudget, build_prompt  # noqa: E402

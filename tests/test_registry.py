@@ -20,7 +20,7 @@ from engine.errors import ModelError
 from engine.models.loading import load_model
 from lsp_server.cli import main as cli_main
 
-from model_fixtures import FakeIndex, build_fake_index, write_tiny_gguf
+from support.model_fixtures import FakeIndex, build_fake_index, write_tiny_gguf
 
 pytestmark = pytest.mark.timeout(300)
 

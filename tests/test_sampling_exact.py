@@ -20,7 +20,7 @@ from engine.drafters import DrafterConfig, make_drafter
 from engine.models.tiny import build_model
 from engine.verify import SamplingParams, probs_from_logits, speculative_accept
 
-from tiny_models import noisy_copy
+from support.tiny_models import noisy_copy
 
 VOCAB = 8
 SAMPLES = 3000

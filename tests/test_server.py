@@ -10,7 +10,7 @@ import time
 import pytest
 from lsprotocol import types
 
-from lsp_client import ServerSession
+from support.lsp_client import ServerSession
 from lsp_server.plain_data import plain_data
 
 pytestmark = pytest.mark.timeout(300)

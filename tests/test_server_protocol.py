@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lsp_client import ServerSession
+from support.lsp_client import ServerSession
 
 pytestmark = pytest.mark.timeout(600)
 

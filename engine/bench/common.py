@@ -43,6 +43,13 @@ def machine() -> dict:
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
+def machine_line(env: dict) -> str:
+    """"CPU (N cores, GPU)" and the load average when the run started, for a table's last line."""
+    gpu = f", {env['gpu']}" if env.get("gpu") else ""
+    load = (env.get("load_average") or [None])[0]
+    return f"{env.get('cpu')} ({env.get('cpu_cores')} cores{gpu}); load average at start {fmt(load, 2)}"
+
+
 def round_or_none(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(float(value), digits)
 
@@ -60,3 +67,13 @@ def text_table(rows: Sequence[Sequence[str]]) -> list[str]:
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return lines
+
+
+def pyplot():
+    """matplotlib's pyplot on the file-only backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.bench.common import fmt, text_table
+from engine.bench.common import fmt, machine_line, pyplot, text_table
 from engine.bench.figures import BASELINE
 
 
@@ -26,19 +26,13 @@ def format_table(result: dict) -> str:
                      f"(pooled {fmt(t['pooled_ratio'], 2, '×')}) → {'met' if t['met'] else 'MISSED'}; "
                      f"decode only {fmt(t['decode_median_ratio'], 2, '×')} → {'met' if t['decode_met'] else 'MISSED'}")
     env = result["environment"]
-    lines.append(f"{env.get('cpu')} ({env.get('cpu_cores')} cores{', ' + env['gpu'] if env.get('gpu') else ''}), "
-                 f"torch {env.get('torch')}, {env.get('dtype')}, load average at start "
-                 f"{fmt((env.get('load_average') or [None])[0], 2)}")
+    lines.append(f"{machine_line(env)}; torch {env.get('torch')}, {env.get('dtype')}")
     return "\n".join(lines)
 
 
 def write_plots(result: dict, out: Path) -> list[Path]:
     """speedup per prompt (bars per mode) and τ per prompt (lines per mode)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     modes = [m for m in result["modes"] if m["name"] != BASELINE]
     prompts = result["prompts"]
     labels = [f"{i + 1}:{p['kind']}" for i, p in enumerate(prompts)]

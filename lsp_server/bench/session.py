@@ -9,16 +9,16 @@ server's own figures (prefill tokens, tokens emitted, τ, stop reason, from the
 `quickdraft/stats` request), and whether the shown completion is what the user typed next.
 
 No tensors here: the server process does all the model work.
+
+Module map: this file types and measures; session_report.py turns the records into
+figures, a table and plots; lsp_server/client.py is the client.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import platform
 import random
-import sys
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Sequence
 
 from lsprotocol import types
-from pygls.lsp.client import LanguageClient
 
+from engine.bench.common import load_average
 from engine.bench.corpus import Hole, body_holes, default_corpus, display_path, expand_paths, read_source
-from engine.stats import percentile
-from lsp_server.plain_data import plain_data
+from lsp_server.bench.session_report import environment, summarize
+from lsp_server.client import QuickdraftClient, position_after, serve_args
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +88,6 @@ class RequestRecord:
     error: str = ""
 
 
-def utf16_len(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
-
-
 def judge(shown: str, expected: str) -> tuple[bool, int]:
     """(exact match, accepted characters) of a shown completion against what is typed next.
 
@@ -131,118 +127,6 @@ def session_holes(files: Sequence[Path], config: SessionBenchConfig) -> list[tup
     return chosen
 
 
-# ----------------------------------------------------------------------------- the client
-
-
-class SessionClient:
-    """A pygls client driving one `quickdraft serve` process."""
-
-    def __init__(self, config: SessionBenchConfig, drafter: str | None, log_file: Path | None) -> None:
-        self.config = config
-        self.drafter = drafter
-        self.log_file = log_file
-        self.client = LanguageClient("quickdraft-bench", "0.1")
-        self.statuses: list[dict] = []
-        self.ready = asyncio.Event()
-        self.server_records: dict[tuple[str, str], dict] = {}
-
-        @self.client.feature("quickdraft/status")
-        def on_status(ls, params) -> None:
-            status = plain_data(params)
-            status = status if isinstance(status, dict) else {}
-            self.statuses.append(status)
-            if status.get("state") in ("ready", "error"):
-                self.ready.set()
-
-        @self.client.feature(types.WINDOW_LOG_MESSAGE)
-        def on_log(ls, params) -> None:
-            log.debug("server: %s", params.message)
-
-    def serve_args(self) -> list[str]:
-        c = self.config
-        args = ["-m", "lsp_server.cli", "serve"]
-        for flag, value in (("--verifier", c.verifier), ("--draft", c.draft), ("--drafter", self.drafter),
-                            ("--dtype", c.dtype), ("--device", c.device), ("--budget-ms", c.budget_ms),
-                            ("--max-new-tokens", c.max_new_tokens), ("--log-file", self.log_file)):
-            if value is not None:
-                args += [flag, str(value)]
-        return args
-
-    async def start(self) -> dict:
-        await self.client.start_io(sys.executable, *self.serve_args())
-        options: dict = {}
-        if self.config.adaptive_drafting is not None:
-            options["adaptiveDrafting"] = self.config.adaptive_drafting
-        await self.client.initialize_async(types.InitializeParams(
-            capabilities=types.ClientCapabilities(), initialization_options=options))
-        self.client.initialized(types.InitializedParams())
-        try:
-            await asyncio.wait_for(self.ready.wait(), self.config.load_timeout_s)
-        except asyncio.TimeoutError as error:
-            raise RuntimeError(f"the server did not load its models within {self.config.load_timeout_s:.0f} s; "
-                               f"statuses: {self.statuses}") from error
-        status = self.statuses[-1]
-        if status.get("state") == "error":
-            raise RuntimeError(f"the server could not load its models: {status.get('message')}")
-        return status
-
-    async def stop(self) -> None:
-        try:
-            await asyncio.wait_for(self.client.shutdown_async(None), 60)
-            self.client.exit(None)
-        except Exception as error:  # a server that died already still has to be reaped
-            log.warning("server shutdown: %s", error)
-        try:
-            await asyncio.wait_for(self.client.stop(), 30)
-        except Exception as error:
-            log.warning("client stop: %s", error)
-
-    async def stats(self) -> dict:
-        result = plain_data(await self.client.protocol.send_request_async("quickdraft/stats", {}))
-        result = result if isinstance(result, dict) else {}
-        for record in result.get("recent") or []:
-            if isinstance(record, dict):
-                self.server_records[(record.get("uri", ""), str(record.get("id", "")))] = record
-        return result
-
-    # -- documents ------------------------------------------------------------------
-    def open(self, uri: str, text: str, version: int) -> None:
-        self.client.text_document_did_open(types.DidOpenTextDocumentParams(
-            types.TextDocumentItem(uri=uri, language_id=_language_id(uri), version=version, text=text)))
-
-    def change(self, uri: str, version: int, start: types.Position, end: types.Position, text: str) -> None:
-        self.client.text_document_did_change(types.DidChangeTextDocumentParams(
-            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-            content_changes=[types.TextDocumentContentChangePartial(range=types.Range(start, end), text=text)]))
-
-    def close(self, uri: str) -> None:
-        self.client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri)))
-
-    def request_completion(self, uri: str, position: types.Position) -> tuple[str, asyncio.Future]:
-        msg_id = str(uuid.uuid4())
-        params = types.InlineCompletionParams(
-            text_document=types.TextDocumentIdentifier(uri), position=position,
-            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic))
-        future = asyncio.wrap_future(self.client.protocol.send_request(
-            types.TEXT_DOCUMENT_INLINE_COMPLETION, params, msg_id=msg_id))
-        return msg_id, future
-
-    def cancel(self, msg_id: str) -> None:
-        self.client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=msg_id))
-
-
-def _language_id(uri: str) -> str:
-    suffix = os.path.splitext(uri)[1]
-    return {".py": "python", ".js": "javascript", ".ts": "typescript", ".go": "go", ".rs": "rust"}.get(suffix, "plaintext")
-
-
-def _position(text_before: str) -> types.Position:
-    """LSP position (UTF-16 columns) of the end of `text_before`."""
-    line = text_before.count("\n")
-    column = text_before[text_before.rfind("\n") + 1:]
-    return types.Position(line=line, character=utf16_len(column))
-
-
 class Typist:
     """Types one hole back in and triggers completions the way VS Code does."""
 
@@ -273,7 +157,7 @@ class Typist:
         await asyncio.sleep(self.session.config.debounce_ms / 1000)
         session = self.session
         before = self.hole.prefix + self.hole.middle[:typed]
-        position = _position(before)
+        position = position_after(before)
         record = RequestRecord(
             session=session.name, file=self.hole.path, hole=self.hole_index, version=version, line=position.line,
             character=position.character, typed=typed, sent_s=round(time.monotonic() - session.started, 3),
@@ -281,7 +165,8 @@ class Typist:
         )
         session.records.append(record)
         sent = time.monotonic()
-        msg_id, future = session.client.request_completion(self.uri, position)
+        msg_id = str(uuid.uuid4())
+        future = asyncio.wrap_future(session.client.send_completion(self.uri, position, msg_id))
         self.in_flight = (msg_id, record)
         # A cancelled request still gets an answer (or an error) later; nobody awaits it then.
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
@@ -327,14 +212,14 @@ class Typist:
         """Delete the hole, then type it back; returns the document's last version."""
         session, hole, config = self.session, self.hole, self.session.config
         version = start_version + 1
-        session.client.change(self.uri, version, _position(hole.prefix), _position(hole.prefix + hole.middle), "")
+        session.client.change(self.uri, version, position_after(hole.prefix), position_after(hole.prefix + hole.middle), "")
         # Deleting is an edit too: the editor asks for a suggestion on the empty body.
         self.pending = asyncio.ensure_future(self.trigger(version, 0))
         await self.pause()
         for typed, char in enumerate(hole.middle, start=1):
             await self.interrupt()
             version += 1
-            here = _position(hole.prefix + hole.middle[: typed - 1])
+            here = position_after(hole.prefix + hole.middle[: typed - 1])
             session.client.change(self.uri, version, here, here, char)
             self.pending = asyncio.ensure_future(self.trigger(version, typed))
             session.typed_chars += 1
@@ -355,7 +240,9 @@ class SessionRun:
         self.config = config
         self.files = files
         self.name = drafter or "default"
-        self.client = SessionClient(config, drafter, (out / f"server-{self.name}.log") if out else None)
+        self.drafter = drafter
+        self.log_file = (out / f"server-{self.name}.log") if out else None
+        self.client = QuickdraftClient("quickdraft-bench")
         self.records: list[RequestRecord] = []
         self.stats_tasks: list[asyncio.Task] = []
         self.typed_chars = 0
@@ -365,11 +252,22 @@ class SessionRun:
         self.status: dict = {}
         self.final_stats: dict = {}
 
+    def serve_args(self) -> list[str]:
+        c = self.config
+        return serve_args(verifier=c.verifier, draft=c.draft, drafter=self.drafter, dtype=c.dtype, device=c.device,
+                          budget_ms=c.budget_ms, max_new_tokens=c.max_new_tokens, log_file=self.log_file)
+
+    def initialization_options(self) -> dict:
+        if self.config.adaptive_drafting is None:
+            return {}
+        return {"adaptiveDrafting": self.config.adaptive_drafting}
+
     async def run(self) -> None:
         from tqdm import tqdm
 
         load_started = time.monotonic()
-        self.status = await self.client.start()
+        await self.client.start(self.serve_args(), initialization_options=self.initialization_options())
+        self.status = await self.client.wait_until_loaded(self.config.load_timeout_s)
         self.load_s = time.monotonic() - load_started
         try:
             await self.warm_up()
@@ -400,177 +298,11 @@ class SessionRun:
         uri = "file:///bench/warm-up/" + path.name
         # At the end of the file: a prompt unlike the measured ones, so their caches start cold.
         self.client.open(uri, text, 1)
-        _, future = self.client.request_completion(uri, _position(text))
         try:
-            await asyncio.wait_for(future, self.config.settle_ms / 1000 * 2)
+            await asyncio.wait_for(self.client.complete(uri, position_after(text)), self.config.settle_ms / 1000 * 2)
         except (asyncio.TimeoutError, Exception) as error:
             log.warning("warm-up request: %s", error)
         self.client.close(uri)
-
-
-# ----------------------------------------------------------------------------- figures
-
-
-def summarize(run: SessionRun) -> dict:
-    records = run.records
-    answered = [r for r in records if r.status == "answered"]
-    latencies = [r.latency_ms for r in answered if r.latency_ms is not None]
-    model = [r for r in answered if (r.server or {}).get("source") == "model"]
-    shown = [r for r in answered if r.shown]
-    exact = [r for r in shown if r.exact_match]
-    server_model = [r.server for r in model]
-    passes = sum(s.get("verifier_passes", 0) for s in server_model)
-    emitted = sum(s.get("emitted", 0) for s in server_model)
-    drafted = sum(s.get("drafted", 0) for s in server_model)
-    accepted = sum(s.get("accepted", 0) for s in server_model)
-
-    def spread(values: Sequence[float]) -> dict:
-        return {"p50": percentile(values, 50), "p90": percentile(values, 90), "p99": percentile(values, 99),
-                "mean": round(sum(values) / len(values), 2) if values else None,
-                "max": max(values) if values else None, "n": len(values)}
-
-    return {
-        "name": run.name,
-        "drafter": (run.final_stats or {}).get("drafter") or run.name,
-        "request_count": len(records),
-        "answered": len(answered),
-        "cancelled": sum(r.status == "cancelled" for r in records),
-        "errors": sum(r.status == "error" for r in records),
-        "typed_chars": run.typed_chars,
-        "latency_ms": spread(latencies),
-        "latency_ms_model": spread([r.latency_ms for r in model]),
-        "within_budget": round(sum(bool(r.within_budget) for r in answered) / len(answered), 4) if answered else None,
-        "within_budget_model": round(sum(bool(r.within_budget) for r in model) / len(model), 4) if model else None,
-        "budget_ms": run.budget_ms,
-        "shown_rate": round(len(shown) / len(answered), 4) if answered else None,
-        "exact_match_rate": round(len(exact) / len(shown), 4) if shown else None,
-        "exact_match_rate_answered": round(len(exact) / len(answered), 4) if answered else None,
-        "exact_match_rate_model": (round(sum(r.exact_match for r in model if r.shown) / sum(bool(r.shown) for r in model), 4)
-                                   if any(r.shown for r in model) else None),
-        "accepted_chars_per_request": round(sum(r.accepted_chars for r in answered) / len(answered), 2)
-        if answered else None,
-        "accepted_chars_per_shown": round(sum(r.accepted_chars for r in shown) / len(shown), 2) if shown else None,
-        "server_matched": sum(r.server is not None for r in answered),
-        "model_requests": len(model),
-        "typethrough_requests": sum((r.server or {}).get("source") == "typethrough" for r in answered),
-        "prefill_tokens": spread([s.get("prefill_tokens", 0) for s in server_model]),
-        "prompt_tokens": spread([s.get("prompt_tokens", 0) for s in server_model]),
-        "emitted_per_request": round(emitted / len(model), 2) if model else None,
-        "tau": round(emitted / passes, 4) if passes else None,
-        "draft_acceptance": round(accepted / drafted, 4) if drafted else None,
-        "stop_reasons": _count(s.get("stop_reason", "") for s in server_model),
-        "load_s": round(getattr(run, "load_s", 0.0), 1),
-        "server_status": run.status.get("message"),
-        "server_stats": {k: v for k, v in (run.final_stats or {}).items() if k != "recent"},
-    }
-
-
-def _count(values) -> dict:
-    counts: dict = {}
-    for value in values:
-        counts[value] = counts.get(value, 0) + 1
-    return counts
-
-
-def environment() -> dict:
-    def cpu() -> str:
-        try:
-            for line in Path("/proc/cpuinfo").read_text().splitlines():
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-        except OSError:
-            pass
-        return platform.processor() or platform.machine()
-
-    import pygls
-
-    return {"cpu": cpu(), "cpu_cores": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform(), "pygls": getattr(pygls, "__version__", None),
-            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-
-
-def format_table(result: dict) -> str:
-    header = ("session", "requests", "answered", "p50 ms", "p90 ms", "p99 ms", "in budget", "shown", "exact",
-              "acc chars", "τ", "prefill")
-    rows = [header]
-
-    def f(value, digits=0, scale=1.0, unit=""):
-        return "–" if value is None else f"{value * scale:.{digits}f}{unit}"
-
-    for s in result["modes"]:
-        lat = s["latency_ms"]
-        rows.append((s["name"], str(s["request_count"]), str(s["answered"]), f(lat["p50"]), f(lat["p90"]), f(lat["p99"]),
-                     f(s["within_budget"], 0, 100, "%"), f(s["shown_rate"], 0, 100, "%"),
-                     f(s["exact_match_rate"], 0, 100, "%"), f(s["accepted_chars_per_request"], 1), f(s["tau"], 2),
-                     f(s["prefill_tokens"]["p50"])))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    env = result["environment"]
-    lines.append(f"{env['cpu']} ({env['cpu_cores']} cores); {result['config']['typing_cps']} chars/s, "
-                 f"debounce {result['config']['debounce_ms']:.0f} ms; load average at start "
-                 f"{env['load_average'][0] if env.get('load_average') else '–'}")
-    return "\n".join(lines)
-
-
-def write_plots(result: dict, out: Path) -> list[Path]:
-    """Latency CDF per session mode, and τ / prefill tokens per model request."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    env = result["environment"]
-    paths = []
-    fig, ax = plt.subplots(figsize=(7, 4))
-    budget = None
-    for index, mode in enumerate(result["modes"]):
-        mine = [r for r in result["requests"] if r["session"] == mode["name"] and r["latency_ms"] is not None]
-        model = sorted(r["latency_ms"] for r in mine if (r.get("server") or {}).get("source") == "model")
-        answered = sorted(r["latency_ms"] for r in mine)
-        color = f"C{index}"
-        # Over answered requests: cancelled ones (the user typed on) have no latency to show.
-        for values, style, what in ((answered, "-", "all answered, type-through included"),
-                                    (model, "--", "model runs only")):
-            if values:
-                ax.step(values, [(i + 1) / len(values) for i in range(len(values))], where="post", color=color,
-                        linestyle=style, label=f"{mode['name']}: {what} (n={len(values)})")
-        budget = mode["budget_ms"]
-    if budget:
-        ax.axvline(budget, color="grey", linestyle="--", linewidth=0.8, label=f"budget {budget:.0f} ms")
-    ax.set_xscale("log")
-    ax.set_xlabel("end-to-end latency (ms, log scale)")
-    ax.set_ylabel("share of answered requests")
-    ax.set_ylim(0, 1.02)
-    cancelled = ", ".join(f"{m['name']}: {m['cancelled']}/{m['request_count']} cancelled by typing" for m in result["modes"])
-    ax.set_title(f"Inline-completion latency CDF (end to end, client side)\n{env['cpu']} ({env['cpu_cores']} cores); "
-                 f"{cancelled}", fontsize=8)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    paths.append(out / "session-latency-cdf.png")
-    fig.savefig(paths[-1], dpi=120)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for mode in result["modes"]:
-        taus = [r["server"]["tau"] for r in result["requests"] if r["session"] == mode["name"]
-                and r.get("server") and r["server"].get("source") == "model" and r["server"].get("verifier_passes")]
-        if taus:
-            ax.plot(range(1, len(taus) + 1), taus, marker=".", linestyle="-", label=mode["name"])
-    ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xlabel("model request")
-    ax.set_ylabel("τ (tokens per verifier pass)")
-    ax.set_title("τ per request (session)", fontsize=9)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-    else:
-        ax.text(0.5, 0.5, "no model request ran a verifier pass", ha="center", transform=ax.transAxes)
-    fig.tight_layout()
-    paths.append(out / "session-tau.png")
-    fig.savefig(paths[-1], dpi=120)
-    plt.close(fig)
-    return paths
 
 
 def pick_files(paths: Sequence[str], config: SessionBenchConfig) -> list[Path]:
@@ -603,7 +335,7 @@ def run_session_bench(config: SessionBenchConfig, paths: Sequence[str] = (), out
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     runs = asyncio.run(_run_sessions(config, files, out))
-    env["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    env["load_average_end"] = load_average()
     modes = [summarize(run) for run in runs]
     config_dict = asdict(config)
     config_dict.pop("progress", None)
@@ -618,3 +350,4 @@ def run_session_bench(config: SessionBenchConfig, paths: Sequence[str] = (), out
         "requests": [asdict(r) for run in runs for r in run.records],
     }
     return result
+

@@ -169,7 +169,8 @@ def _parse_knobs(text: str, max_draft_tokens: int):
 
 
 def run_session(args: argparse.Namespace) -> int:
-    from lsp_server.bench.session import SessionBenchConfig, format_table, run_session_bench, write_plots
+    from lsp_server.bench.session import SessionBenchConfig, run_session_bench
+    from lsp_server.bench.session_report import format_table, write_plots
 
     defaults = SessionBenchConfig()
     config = SessionBenchConfig(

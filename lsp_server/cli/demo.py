@@ -20,6 +20,7 @@ from engine.modes import DRAFTER_MODES
 
 DEMO_MODULE = "textwrap.py"  # in every Python, plain code, stable across versions
 CPU_DEMO_BUDGET_MS = 120_000.0
+LOAD_TIMEOUT_S = 900.0
 
 
 def add_parsers(sub) -> None:
@@ -59,30 +60,26 @@ def pick_holes(path: Path, count: int, seed: int):
 
 
 async def demo(args: argparse.Namespace, path: Path) -> None:
-    from lsprotocol import types
-
     from engine.models.loading import default_device
-    from lsp_server.bench.session import SessionBenchConfig, SessionClient
+    from lsp_server.client import QuickdraftClient, position_after, serve_args
 
     budget = args.budget_ms
     if budget is None and default_device().type == "cpu":
         budget = CPU_DEMO_BUDGET_MS
         print(f"(CPU only: latency budget {budget / 1000:.0f} s, so the cold first request on each file can "
               "finish its prefill; in an editor, typing afterwards reuses the KV cache)")
-    config = SessionBenchConfig(verifier=args.verifier, draft=args.draft, dtype=args.dtype, budget_ms=budget,
-                                max_new_tokens=args.max_new_tokens, progress=False)
-    client = SessionClient(config, args.drafter, None)
+    client = QuickdraftClient("quickdraft-demo")
     started = time.monotonic()
-    status = await client.start()
+    await client.start(serve_args(verifier=args.verifier, draft=args.draft, drafter=args.drafter, dtype=args.dtype,
+                                  budget_ms=budget, max_new_tokens=args.max_new_tokens))
+    status = await client.wait_until_loaded(LOAD_TIMEOUT_S)
     print(f"server {status.get('message')} — {time.monotonic() - started:.1f} s to load\n")
     try:
         for number, hole in enumerate(pick_holes(path, args.holes, args.seed), 1):
             uri = f"{path.resolve().as_uri()}#hole{number}"
             client.open(uri, hole.prefix + hole.suffix, 1)
-            position = types.Position(hole.line, len(hole.prefix.split("\n")[-1].encode("utf-16-le")) // 2)
             sent = time.monotonic()
-            _, future = client.request_completion(uri, position)
-            result = await future
+            result = await client.complete(uri, position_after(hole.prefix))
             latency = (time.monotonic() - sent) * 1000
             record = ((await client.stats()).get("recent") or [{}])[-1]
             shown = result.items[0].insert_text if result and result.items else ""

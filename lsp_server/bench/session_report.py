@@ -1,0 +1,151 @@
+"""The session benchmark's figures, table and plots, from its request records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+from engine.bench.common import fmt, machine, machine_line, pyplot, text_table
+from engine.stats import percentile
+
+if TYPE_CHECKING:
+    from lsp_server.bench.session import SessionRun
+
+
+def summarize(run: SessionRun) -> dict:
+    records = run.records
+    answered = [r for r in records if r.status == "answered"]
+    latencies = [r.latency_ms for r in answered if r.latency_ms is not None]
+    model = [r for r in answered if (r.server or {}).get("source") == "model"]
+    shown = [r for r in answered if r.shown]
+    exact = [r for r in shown if r.exact_match]
+    server_model = [r.server for r in model]
+    passes = sum(s.get("verifier_passes", 0) for s in server_model)
+    emitted = sum(s.get("emitted", 0) for s in server_model)
+    drafted = sum(s.get("drafted", 0) for s in server_model)
+    accepted = sum(s.get("accepted", 0) for s in server_model)
+
+    def spread(values: Sequence[float]) -> dict:
+        return {"p50": percentile(values, 50), "p90": percentile(values, 90), "p99": percentile(values, 99),
+                "mean": round(sum(values) / len(values), 2) if values else None,
+                "max": max(values) if values else None, "n": len(values)}
+
+    return {
+        "name": run.name,
+        "drafter": (run.final_stats or {}).get("drafter") or run.name,
+        "request_count": len(records),
+        "answered": len(answered),
+        "cancelled": sum(r.status == "cancelled" for r in records),
+        "errors": sum(r.status == "error" for r in records),
+        "typed_chars": run.typed_chars,
+        "latency_ms": spread(latencies),
+        "latency_ms_model": spread([r.latency_ms for r in model]),
+        "within_budget": round(sum(bool(r.within_budget) for r in answered) / len(answered), 4) if answered else None,
+        "within_budget_model": round(sum(bool(r.within_budget) for r in model) / len(model), 4) if model else None,
+        "budget_ms": run.budget_ms,
+        "shown_rate": round(len(shown) / len(answered), 4) if answered else None,
+        "exact_match_rate": round(len(exact) / len(shown), 4) if shown else None,
+        "exact_match_rate_answered": round(len(exact) / len(answered), 4) if answered else None,
+        "exact_match_rate_model": (round(sum(r.exact_match for r in model if r.shown) / sum(bool(r.shown) for r in model), 4)
+                                   if any(r.shown for r in model) else None),
+        "accepted_chars_per_request": round(sum(r.accepted_chars for r in answered) / len(answered), 2)
+        if answered else None,
+        "accepted_chars_per_shown": round(sum(r.accepted_chars for r in shown) / len(shown), 2) if shown else None,
+        "server_matched": sum(r.server is not None for r in answered),
+        "model_requests": len(model),
+        "typethrough_requests": sum((r.server or {}).get("source") == "typethrough" for r in answered),
+        "prefill_tokens": spread([s.get("prefill_tokens", 0) for s in server_model]),
+        "prompt_tokens": spread([s.get("prompt_tokens", 0) for s in server_model]),
+        "emitted_per_request": round(emitted / len(model), 2) if model else None,
+        "tau": round(emitted / passes, 4) if passes else None,
+        "draft_acceptance": round(accepted / drafted, 4) if drafted else None,
+        "stop_reasons": _count(s.get("stop_reason", "") for s in server_model),
+        "load_s": round(getattr(run, "load_s", 0.0), 1),
+        "server_status": run.status.get("message"),
+        "server_stats": {k: v for k, v in (run.final_stats or {}).items() if k != "recent"},
+    }
+
+
+def _count(values) -> dict:
+    counts: dict = {}
+    for value in values:
+        counts[value] = counts.get(value, 0) + 1
+    return counts
+
+
+def environment() -> dict:
+    import pygls
+
+    return machine() | {"pygls": getattr(pygls, "__version__", None)}
+
+
+def format_table(result: dict) -> str:
+    header = ("session", "requests", "answered", "p50 ms", "p90 ms", "p99 ms", "in budget", "shown", "exact",
+              "acc chars", "τ", "prefill")
+    rows = [header]
+
+    for s in result["modes"]:
+        lat = s["latency_ms"]
+        rows.append((s["name"], str(s["request_count"]), str(s["answered"]), fmt(lat["p50"]), fmt(lat["p90"]),
+                     fmt(lat["p99"]), fmt(s["within_budget"], 0, "%", 100), fmt(s["shown_rate"], 0, "%", 100),
+                     fmt(s["exact_match_rate"], 0, "%", 100), fmt(s["accepted_chars_per_request"], 1),
+                     fmt(s["tau"], 2), fmt(s["prefill_tokens"]["p50"])))
+    config = result["config"]
+    typing = f"{config['typing_cps']} chars/s, debounce {config['debounce_ms']:.0f} ms"
+    return "\n".join([*text_table(rows), f"{machine_line(result['environment'])}; {typing}"])
+
+
+def write_plots(result: dict, out: Path) -> list[Path]:
+    """Latency CDF per session mode, and τ / prefill tokens per model request."""
+    plt = pyplot()
+    env = result["environment"]
+    paths = []
+    fig, ax = plt.subplots(figsize=(7, 4))
+    budget = None
+    for index, mode in enumerate(result["modes"]):
+        mine = [r for r in result["requests"] if r["session"] == mode["name"] and r["latency_ms"] is not None]
+        model = sorted(r["latency_ms"] for r in mine if (r.get("server") or {}).get("source") == "model")
+        answered = sorted(r["latency_ms"] for r in mine)
+        color = f"C{index}"
+        # Over answered requests: cancelled ones (the user typed on) have no latency to show.
+        for values, style, what in ((answered, "-", "all answered, type-through included"),
+                                    (model, "--", "model runs only")):
+            if values:
+                ax.step(values, [(i + 1) / len(values) for i in range(len(values))], where="post", color=color,
+                        linestyle=style, label=f"{mode['name']}: {what} (n={len(values)})")
+        budget = mode["budget_ms"]
+    if budget:
+        ax.axvline(budget, color="grey", linestyle="--", linewidth=0.8, label=f"budget {budget:.0f} ms")
+    ax.set_xscale("log")
+    ax.set_xlabel("end-to-end latency (ms, log scale)")
+    ax.set_ylabel("share of answered requests")
+    ax.set_ylim(0, 1.02)
+    cancelled = ", ".join(f"{m['name']}: {m['cancelled']}/{m['request_count']} cancelled by typing" for m in result["modes"])
+    ax.set_title(f"Inline-completion latency CDF (end to end, client side)\n{env['cpu']} ({env['cpu_cores']} cores); "
+                 f"{cancelled}", fontsize=8)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    paths.append(out / "session-latency-cdf.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for mode in result["modes"]:
+        taus = [r["server"]["tau"] for r in result["requests"] if r["session"] == mode["name"]
+                and r.get("server") and r["server"].get("source") == "model" and r["server"].get("verifier_passes")]
+        if taus:
+            ax.plot(range(1, len(taus) + 1), taus, marker=".", linestyle="-", label=mode["name"])
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xlabel("model request")
+    ax.set_ylabel("τ (tokens per verifier pass)")
+    ax.set_title("τ per request (session)", fontsize=9)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "no model request ran a verifier pass", ha="center", transform=ax.transAxes)
+    fig.tight_layout()
+    paths.append(out / "session-tau.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+    return paths
+
