@@ -60,26 +60,26 @@ def create_server(settings: Settings) -> LanguageServer:
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: LanguageServer, params: types.DidCloseTextDocumentParams) -> None:
-        service.shown.pop(params.text_document.uri, None)
+        service.document_closed(params.text_document.uri)
 
     @server.command(ACCEPT_COMMAND)
     def accepted(ls: LanguageServer, *args) -> None:
         for arg in args:
             item_id = (plain_data(arg) or {}).get("id") if not isinstance(arg, str) else arg
             if item_id:
-                service.telemetry.did_accept(str(item_id))
+                service.item_accepted(str(item_id))
 
     @server.feature("quickdraft/didShowCompletion")
     def did_show(ls: LanguageServer, params) -> None:
         item_id = (plain_data(params) or {}).get("id")
         if item_id:
-            service.telemetry.did_show(str(item_id))
+            service.item_shown(str(item_id))
 
     @server.feature("quickdraft/didPartiallyAcceptCompletion")
     def did_partially_accept(ls: LanguageServer, params) -> None:
         data = plain_data(params) or {}
         if data.get("id"):
-            service.telemetry.did_partially_accept(str(data["id"]), int(data.get("acceptedLength") or 0))
+            service.item_partially_accepted(str(data["id"]), int(data.get("acceptedLength") or 0))
 
     @server.feature("quickdraft/stats")
     def stats(ls: LanguageServer, params) -> dict:

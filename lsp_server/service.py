@@ -264,6 +264,19 @@ class CompletionService:
         self.log_message(f"quickdraft: {reason}", types.MessageType.Info)
         self.send_status("ready", reason)
 
+    # -- what the editor tells us -----------------------------------------------------
+    def document_closed(self, uri: str) -> None:
+        self.shown.pop(uri, None)
+
+    def item_shown(self, item_id: str) -> None:
+        self.telemetry.did_show(item_id)
+
+    def item_accepted(self, item_id: str) -> None:
+        self.telemetry.did_accept(item_id)
+
+    def item_partially_accepted(self, item_id: str, length: int) -> None:
+        self.telemetry.did_partially_accept(item_id, length)
+
     def stats(self) -> dict:
         snapshot = self.telemetry.snapshot(self.drafter_mode)
         snapshot["state"] = self.state
