@@ -17,7 +17,7 @@ from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.prompt_lookup import NgramIndex, PromptLookupDrafter
 from engine.errors import ModelError
-from engine.modes import check_drafter
+from engine.modes import check_drafter, needs_draft_model
 
 
 def make_drafter(mode: str, draft_model=None, config: DrafterConfig | None = None, *,
@@ -32,7 +32,7 @@ def make_drafter(mode: str, draft_model=None, config: DrafterConfig | None = Non
     if mode == "draft" and draft_model is None:
         raise ModelError("drafter 'draft' needs a draft model; pass --draft or choose --drafter lookup")
     model_drafter = None
-    if mode in ("draft", "hybrid") and draft_model is not None:
+    if needs_draft_model(mode) and draft_model is not None:
         model_drafter = DraftModelDrafter(
             draft_model, max_tokens=config.max_draft_tokens, initial_length=config.draft_initial_length,
             confidence_threshold=config.confidence_threshold, generator=generator)
