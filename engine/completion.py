@@ -127,7 +127,8 @@ class CompletionEngine:
             mode = "lookup"
         if mode != self.drafter_mode:
             draft_model = self.draft.model if self.draft is not None else None
-            self.decoder.drafter = make_drafter(mode, draft_model, DrafterConfig(max_draft_tokens=self.max_draft_tokens))
+            config = DrafterConfig(max_draft_tokens=self.max_draft_tokens)
+            self.decoder.drafter = make_drafter(mode, draft_model, config)
             self.drafter_mode = mode
 
     @property

@@ -106,28 +106,19 @@ class FimTemplate:
             return self._codellama(prefix, suffix, path, other_documents)
         raise PromptError(f"unknown FIM family {self.family!r}; expected one of {', '.join(FAMILIES)}")
 
-    def render(
-        self,
-        prefix: str,
-        suffix: str,
-        *,
-        path: str | None = None,
-        other_documents: Sequence[tuple[str, str]] = (),
-        repo_name: str | None = None,
-    ) -> str:
-        segs = self.segments(prefix, suffix, path=path, other_documents=other_documents, repo_name=repo_name)
-        return "".join(s.text for s in segs)
+    def render(self, prefix: str, suffix: str, **options) -> str:
+        """The prompt as one string; `options` as for `segments`."""
+        return "".join(s.text for s in self.segments(prefix, suffix, **options))
 
     # -- families -------------------------------------------------------------------
 
+    def _prefix_suffix_middle(self, prefix: str, suffix: str, *lead: Segment) -> list[Segment]:
+        """<prefix-token> lead… prefix <suffix-token> suffix <middle-token>: all families but CodeLlama."""
+        return [_special(self.prefix_token), *lead, _text(prefix, "prefix"), _special(self.suffix_token),
+                _text(suffix, "suffix"), _special(self.middle_token)]
+
     def _qwen(self, prefix, suffix, path, other_documents, repo_name) -> list[Segment]:
-        fim = [
-            _special(self.prefix_token),
-            _text(prefix, "prefix"),
-            _special(self.suffix_token),
-            _text(suffix, "suffix"),
-            _special(self.middle_token),
-        ]
+        fim = self._prefix_suffix_middle(prefix, suffix)
         if not other_documents or not self.has_repo_format:
             return fim
         # Qwen2.5-Coder repository-level FIM (tech report / README):
@@ -142,13 +133,7 @@ class FimTemplate:
 
     def _starcoder(self, prefix, suffix, path, other_documents, repo_name) -> list[Segment]:
         if not other_documents or not self.has_repo_format:
-            return [
-                _special(self.prefix_token),
-                _text(prefix, "prefix"),
-                _special(self.suffix_token),
-                _text(suffix, "suffix"),
-                _special(self.middle_token),
-            ]
+            return self._prefix_suffix_middle(prefix, suffix)
         # StarCoder2 repository-level FIM (paper §5.1): no newline after the repo name,
         # the FIM file's path sits right after <fim_prefix>:
         # <repo_name>r<file_sep>p0\ncode0<file_sep><fim_prefix>p1\npre<fim_suffix>suf<fim_middle>
@@ -157,16 +142,8 @@ class FimTemplate:
             segs += [_special(self.repo_name_token), _text(repo_name or "repo")]
         for doc_path, doc_text in other_documents:
             segs += [_special(self.file_sep_token), _text(f"{doc_path}\n"), _text(_with_newline(doc_text), "document")]
-        segs += [
-            _special(self.file_sep_token),
-            _special(self.prefix_token),
-            _text(f"{path or 'untitled'}\n"),
-            _text(prefix, "prefix"),
-            _special(self.suffix_token),
-            _text(suffix, "suffix"),
-            _special(self.middle_token),
-        ]
-        return segs
+        return [*segs, _special(self.file_sep_token),
+                *self._prefix_suffix_middle(prefix, suffix, _text(f"{path or 'untitled'}\n"))]
 
     def _commented_documents(self, path, other_documents) -> list[Segment]:
         comment = line_comment(path)
@@ -176,14 +153,7 @@ class FimTemplate:
         return segs
 
     def _deepseek(self, prefix, suffix, path, other_documents) -> list[Segment]:
-        return [
-            _special(self.prefix_token),
-            *self._commented_documents(path, other_documents),
-            _text(prefix, "prefix"),
-            _special(self.suffix_token),
-            _text(suffix, "suffix"),
-            _special(self.middle_token),
-        ]
+        return self._prefix_suffix_middle(prefix, suffix, *self._commented_documents(path, other_documents))
 
     def _codellama(self, prefix, suffix, path, other_documents) -> list[Segment]:
         # Meta's reference infilling: [BOS, ▁<PRE>] + encode(prefix) + [▁<SUF>] +
@@ -238,64 +208,51 @@ def _stops(vocab: _Vocab, tokenizer, candidates: Sequence[str]) -> tuple[str, ..
     return tuple(found)
 
 
+# Families whose FIM tokens are fixed strings, in order of preference: (family, prefix, suffix,
+# middle, repository tokens (repo name, file separator) or None, stop tokens, add_bos).
+_FIXED_TOKEN_FAMILIES = (
+    ("qwen2.5-coder", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", ("<|repo_name|>", "<|file_sep|>"),
+     ("<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>",
+      "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|im_start|>", "<|im_end|>"), False),
+    ("starcoder", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", ("<repo_name>", "<file_sep>"),
+     ("<|endoftext|>", "<file_sep>", "<repo_name>", "<filename>", "<fim_pad>",
+      "<fim_prefix>", "<fim_suffix>", "<fim_middle>"), False),
+    ("deepseek-coder", "<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>", None,
+     ("<｜end▁of▁sentence｜>", "<|EOT|>", "<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"), True),
+)
+
+
+def _fixed_token_template(vocab: _Vocab, tokenizer) -> FimTemplate | None:
+    for family, prefix, suffix, middle, repo, stops, add_bos in _FIXED_TOKEN_FAMILIES:
+        if vocab.has_all(prefix, suffix, middle):
+            repo_name, file_sep = (_present(vocab, token) for token in repo) if repo else (None, None)
+            return FimTemplate(family=family, prefix_token=prefix, suffix_token=suffix, middle_token=middle,
+                               repo_name_token=repo_name, file_sep_token=file_sep,
+                               stop_tokens=_stops(vocab, tokenizer, stops), add_bos=add_bos)
+    return None
+
+
+def _codellama_template(vocab: _Vocab, tokenizer) -> FimTemplate | None:
+    pre = _present(vocab, "▁<PRE>", "<PRE>")
+    if pre is None:
+        return None
+
+    def pick(name: str) -> str:
+        tok = _present(vocab, f"▁<{name}>", f"<{name}>")
+        if tok is None:
+            raise PromptError(f"tokenizer has {pre} but no <{name}> token; cannot build a CodeLlama FIM prompt")
+        return tok
+
+    eot = _present(vocab, "▁<EOT>", "<EOT>")
+    return FimTemplate(family="codellama", prefix_token=pre, suffix_token=pick("SUF"), middle_token=pick("MID"),
+                       add_bos=True, stop_tokens=_stops(vocab, tokenizer, tuple(t for t in (eot, "</s>") if t)))
+
+
 def detect_fim_template(tokenizer) -> FimTemplate:
     """Pick the FIM template from the control tokens in the tokenizer's vocabulary."""
     vocab = _Vocab(tokenizer)
-
-    if vocab.has_all("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"):
-        template = FimTemplate(
-            family="qwen2.5-coder",
-            prefix_token="<|fim_prefix|>",
-            suffix_token="<|fim_suffix|>",
-            middle_token="<|fim_middle|>",
-            repo_name_token=_present(vocab, "<|repo_name|>"),
-            file_sep_token=_present(vocab, "<|file_sep|>"),
-            stop_tokens=_stops(vocab, tokenizer, (
-                "<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>",
-                "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|im_start|>", "<|im_end|>",
-            )),
-        )
-    elif vocab.has_all("<fim_prefix>", "<fim_suffix>", "<fim_middle>"):
-        template = FimTemplate(
-            family="starcoder",
-            prefix_token="<fim_prefix>",
-            suffix_token="<fim_suffix>",
-            middle_token="<fim_middle>",
-            repo_name_token=_present(vocab, "<repo_name>"),
-            file_sep_token=_present(vocab, "<file_sep>"),
-            stop_tokens=_stops(vocab, tokenizer, (
-                "<|endoftext|>", "<file_sep>", "<repo_name>", "<filename>", "<fim_pad>",
-                "<fim_prefix>", "<fim_suffix>", "<fim_middle>",
-            )),
-        )
-    elif vocab.has_all("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"):
-        template = FimTemplate(
-            family="deepseek-coder",
-            prefix_token="<｜fim▁begin｜>",
-            suffix_token="<｜fim▁hole｜>",
-            middle_token="<｜fim▁end｜>",
-            add_bos=True,
-            stop_tokens=_stops(vocab, tokenizer, (
-                "<｜end▁of▁sentence｜>", "<|EOT|>", "<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>",
-            )),
-        )
-    elif (pre := _present(vocab, "▁<PRE>", "<PRE>")) is not None:
-        def pick(name: str) -> str:
-            tok = _present(vocab, f"▁<{name}>", f"<{name}>")
-            if tok is None:
-                raise PromptError(f"tokenizer has {pre} but no <{name}> token; cannot build a CodeLlama FIM prompt")
-            return tok
-
-        eot = _present(vocab, "▁<EOT>", "<EOT>")
-        template = FimTemplate(
-            family="codellama",
-            prefix_token=pre,
-            suffix_token=pick("SUF"),
-            middle_token=pick("MID"),
-            add_bos=True,
-            stop_tokens=_stops(vocab, tokenizer, tuple(t for t in (eot, "</s>") if t)),
-        )
-    else:
+    template = _fixed_token_template(vocab, tokenizer) or _codellama_template(vocab, tokenizer)
+    if template is None:
         name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
         raise PromptError(
             f"model tokenizer {name!r} has no fill-in-the-middle tokens (looked for Qwen2.5-Coder "

@@ -50,7 +50,9 @@ def valid_mode(mode: str) -> bool:
 
 def mode_needs_draft_model(mode: str) -> bool:
     base = mode.removesuffix(TUNED)
-    return base == "hf-assisted" or (base.startswith("quickdraft-") and needs_draft_model(base.removeprefix("quickdraft-")))
+    if base.startswith("quickdraft-"):
+        return needs_draft_model(base.removeprefix("quickdraft-"))
+    return base == "hf-assisted"
 
 
 @dataclass

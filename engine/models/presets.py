@@ -51,7 +51,8 @@ def _pypi_source(table: dict) -> PypiSource:
     count = len(table["part_sha256"])
     last = table["size"] - table["part_bytes"] * (count - 1)
     if not 0 < last <= table["part_bytes"]:
-        raise ValueError(f"{table['filename']}: {count} parts of {table['part_bytes']} bytes do not make {table['size']}")
+        raise ValueError(f"{table['filename']}: {count} parts of {table['part_bytes']} bytes "
+                         f"do not make {table['size']}")
     parts = tuple(
         Part(table["package"].format(n=n), table["version"], table["part_bytes"] if n < count else last, sha256)
         for n, sha256 in enumerate(table["part_sha256"], start=1)
