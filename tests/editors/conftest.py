@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from editors_support import ROOT, SETUP_HINT
+from support.editors import ROOT, SETUP_HINT
 
 
 def pytest_collection_modifyitems(items):

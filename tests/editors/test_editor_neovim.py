@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from editors_support import NEOVIM_DIR, SETUP_HINT, TEST_OUTPUT
+from support.editors import NEOVIM_DIR, SETUP_HINT, TEST_OUTPUT
 
 pynvim = pytest.importorskip("pynvim", reason=SETUP_HINT)
 

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from editors_support import TEST_OUTPUT, VSCODE_DIR, require_file
+from support.editors import TEST_OUTPUT, VSCODE_DIR, require_file
 
 pytestmark = [pytest.mark.editor]
 

@@ -338,13 +338,18 @@ local function report_accept(sug)
   end
 end
 
+--- Where the visible suggestion stands, and the suggestion; nil when none is visible.
+local function shown()
+  local at = locate()
+  if at then
+    return at, S.sug
+  end
+end
+
 --- Insert the whole suggestion. Returns false when none is visible.
 function M.accept()
-  local at = locate()
-  local sug = S.sug
-  if not at then
-    return false
-  end
+  local at, sug = shown()
+  if not at then return false end
   local lines = vim.split(sug.text, '\n', { plain = true })
   M.reset()
   api.nvim_buf_set_text(sug.bufnr, at.row, sug.start_col, at.row, at.range_end, lines)
@@ -357,11 +362,8 @@ end
 
 --- Insert the suggestion up to the end of the next word; the rest stays shown.
 function M.accept_word()
-  local at = locate()
-  local sug = S.sug
-  if not at then
-    return false
-  end
+  local at, sug = shown()
+  if not at then return false end
   local piece = at.ghost:match('^%s*[%w_]+') or at.ghost:match('^%s*[^%w_%s]+') or at.ghost:match('^%s+')
     or at.ghost:sub(1, 1)
   if #piece >= #at.ghost then
