@@ -1,2 +1,9 @@
-"""Engine benchmarks: decode speed of every drafting mode against Hugging Face baselines
-(`decode`), over fill-in-the-middle holes cut from real code (`corpus`)."""
+"""Engine benchmarks: decode speed of every drafting mode against Hugging Face baselines.
+
+decode.py   modes, configuration and the run order (`quickdraft bench engine`)
+runs.py     one mode on one prompt, timed (HF generate or quickdraft's decoder)
+figures.py  per-mode summaries, ratios against the baselines, targets
+report.py   the terminal table and the plots
+corpus.py   fill-in-the-middle holes cut from real source files
+common.py   the machine's description and text tables (shared with the session benchmark)
+"""
