@@ -81,3 +81,25 @@ def test_malformed_cursor_notifications_leave_the_server_serving(server, tmp_pat
         server.notify("quickdraft/didChangeCursor", params)
     assert server.complete(uri, 1, 4) is not None
     assert server.stats()["state"] == "ready"
+
+
+def test_first_completion_bench_runs_both_modes_side_by_side(tiny_model_dir, tmp_path):
+    from lsp_server.bench.first_completion import FirstCompletionConfig, format_table, run_first_completion_bench
+
+    path = tmp_path / "big.py"
+    path.write_text(SOURCE)
+    config = FirstCompletionConfig(lines=600, trials=1, wait_s=1.0, verifier=str(tiny_model_dir), drafter="lookup",
+                                   dtype="float32", budget_ms=60000)
+    result = run_first_completion_bench(config, str(path))
+    assert result["file_lines"] == 600
+    assert [m["mode"] for m in result["modes"]] == ["warm", "cold"]
+    trials = result["trials"]
+    assert [t["mode"] for t in trials] == ["warm", "cold"]
+    assert trials[0]["line"] != trials[1]["line"], "every trial at its own spot"
+    for trial in trials:
+        assert trial["latency_ms"] > 0 and trial["server"]["source"] == "model"
+        # Warms happen in the warm trials only, at the cursor the client reported.
+        assert bool(trial["warms"]) == (trial["mode"] == "warm")
+        assert trial["mode"] == "cold" or any(w["line"] == trial["line"] and w["trigger"] == "cursor"
+                                              for w in trial["warms"])
+    assert "first completion after opening 600 lines of big.py" in format_table(result)
