@@ -4,10 +4,13 @@ Without it, the first completion after opening a file or jumping elsewhere pays 
 cold prefill of the whole prompt window (seconds on a CPU). The warmer prefills that
 window while the user reads or moves:
 
-- on `textDocument/didOpen`, at the document's last known cursor (the start if none);
 - on `quickdraft/didChangeCursor {textDocument: {uri}, position}` from the clients, once the
-  cursor has rested for DEBOUNCE_S, and only when it reached another line or document than
-  the cache holds — typing at the cursor needs no warm, its prompt is anchored already;
+  cursor has rested for DEBOUNCE_S, and only when it jumped: to another line or document than
+  the cache holds, and not by typing on from the last completion (Enter included) — that
+  prompt is anchored already, and the decode going on after its answer is still of use;
+- on `textDocument/didOpen`, at the document's last known cursor (the start if none), unless
+  the client already said where the user works (a cursor notification or a request in a
+  document still open): editors open documents in the background too;
 - when the server has been idle for IDLE_S (or the models just became ready) and a warm is
   still owed: it was cancelled, went stale, or arrived while the models were loading.
 
@@ -30,8 +33,9 @@ from typing import Any
 
 from lsprotocol import types
 
+from engine.anchor import Anchor, typed_since
 from engine.errors import QuickdraftError
-from lsp_server.context import build_request, locate, looks_binary
+from lsp_server.context import Cursor, build_request, locate, looks_binary
 from lsp_server.scheduler import Superseded
 
 log = logging.getLogger(__name__)
@@ -84,7 +88,9 @@ class Warmer:
         self.workspace = None
         self.positions: OrderedDict[str, types.Position] = OrderedDict()  # last known cursor per document
         self.focus: tuple[str, types.Position] | None = None  # where the user is now
+        self.focus_source = ""  # what said so: open | cursor | request
         self.covered: Spot | None = None  # what the cache holds: the last finished warm or model request
+        self.covered_by_request = False  # ... and it was a request (typing may have gone on from it)
         self.pending: Spot | None = None  # the warm in flight
         self.records: deque[WarmRecord] = deque(maxlen=16)
         self.counts = {"warmed": 0, "cancelled": 0, "superseded": 0, "error": 0, "skipped": 0}
@@ -95,7 +101,11 @@ class Warmer:
     # -- what happened ----------------------------------------------------------------
     def did_open(self, workspace, uri: str) -> None:
         self.workspace = workspace
-        self._move(uri, self.positions.get(uri, types.Position(line=0, character=0)), "open")
+        position = self.positions.get(uri, types.Position(line=0, character=0))
+        if self._focus_is_known():
+            self._remember(uri, position)  # opened in the background: the user works elsewhere
+        else:
+            self._move(uri, position, "open")
 
     def did_change_cursor(self, workspace, params: Any) -> None:
         parsed = parse_cursor(params)
@@ -117,9 +127,9 @@ class Warmer:
         """A completion request; `model` when it runs the engine, which leaves its prompt cached."""
         self.workspace = workspace
         self._remember(uri, position)
-        self.focus = (uri, position)
+        self.focus, self.focus_source = (uri, position), "request"
         if model:
-            self.covered = Spot(uri, position.line)
+            self.covered, self.covered_by_request = Spot(uri, position.line), True
             self._cancel_debounce()  # the request warms this spot itself
         self._restart_idle()
 
@@ -135,9 +145,14 @@ class Warmer:
             self._idle = None
 
     # -- deciding -----------------------------------------------------------------------
+    def _focus_is_known(self) -> bool:
+        """The client said where the user works, in a document that is still open."""
+        return (self.focus is not None and self.focus_source != "open"
+                and self.focus[0] in self.workspace.text_documents)
+
     def _move(self, uri: str, position: types.Position, trigger: str) -> None:
         self._remember(uri, position)
-        self.focus = (uri, position)
+        self.focus, self.focus_source = (uri, position), trigger
         self._schedule(DEBOUNCE_S, trigger)
         self._restart_idle()
 
@@ -174,13 +189,29 @@ class Warmer:
         if prepared is None:
             self.counts["skipped"] += 1
             return None
+        cursor, version = prepared
+        if self._typing_on(cursor):
+            self.covered = spot  # the typing path's requests keep its prompt in the cache
+            return None
+        # A jump: decoding on after the last answer served the spot the user has left.
+        service.scheduler.cancel_background()
         self.pending = spot
-        self._task = asyncio.ensure_future(self._warm(spot, *prepared, trigger))
+        request = build_request(cursor, service.settings, self.workspace)
+        self._task = asyncio.ensure_future(self._warm(spot, request, version, trigger))
         return self._task
 
-    def _request(self, uri: str, position: types.Position):
-        """(the completion request at the cursor, the document version), or None when the
-        document is unknown, switched off, huge or binary."""
+    def _typing_on(self, cursor: Cursor) -> bool:
+        """The cursor got here by typing on from the last completion, which is what the cache
+        holds (as the engine's anchor sees it: the text typed since, an auto-closed bracket after it)."""
+        shown = self.service.shown.get(cursor.uri)
+        if shown is None or not self.covered_by_request or self.covered is None or self.covered.uri != cursor.uri:
+            return False
+        anchor = Anchor(cursor.uri, shown.prefix, shown.suffix, [], [])
+        return typed_since(anchor, cursor.uri, cursor.prefix, cursor.suffix) is not None
+
+    def _request(self, uri: str, position: types.Position) -> tuple[Cursor, int] | None:
+        """(the cursor, the document version), or None when the document is unknown, switched
+        off, huge or binary."""
         document = self.workspace.text_documents.get(uri) if self.workspace is not None else None
         if document is None or not self.service.settings.language_enabled(document.language_id):
             return None
@@ -189,7 +220,7 @@ class Warmer:
         cursor = locate(document, position)
         if cursor is None or looks_binary(cursor):
             return None
-        return build_request(cursor, self.service.settings, self.workspace), document.version
+        return cursor, document.version
 
     # -- warming ------------------------------------------------------------------------
     async def _warm(self, spot: Spot, request, version, trigger: str) -> None:
@@ -225,7 +256,7 @@ class Warmer:
         self.counts[record.outcome] += 1
         self.records.append(record)
         if record.outcome == "warmed" and engine is service.engine:
-            self.covered = spot
+            self.covered, self.covered_by_request = spot, False
         elif record.outcome != "error":
             self._restart_idle()  # still owed: try again once the server is idle
 

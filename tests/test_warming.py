@@ -62,6 +62,17 @@ class Session:
     def move(self, position: types.Position, uri: str = URI) -> None:
         self.warmer.did_change_cursor(self.workspace, cursor(uri, position))
 
+    def cursor_after_typing(self, at: types.Position, text: str, uri: str = URI) -> types.Position:
+        """Insert `text` at `at` as the editor would tell the server; the cursor after it."""
+        document = self.workspace.get_text_document(uri)
+        self.workspace.update_text_document(
+            types.VersionedTextDocumentIdentifier(uri=uri, version=document.version + 1),
+            types.TextDocumentContentChangePartial(range=types.Range(at, at), text=text))
+        self.warmer.did_change()
+        lines = text.split("\n")
+        return types.Position(line=at.line + len(lines) - 1,
+                              character=(at.character if len(lines) == 1 else 0) + len(lines[-1]))
+
     async def complete(self, position: types.Position, uri: str = URI):
         await self.service.complete(self.workspace, params(uri, position))
         return self.service.telemetry.recent[-1]
@@ -144,12 +155,59 @@ async def test_did_open_warms_at_the_last_known_cursor_else_the_start(session):
     first, = await session.wait_warms(1)
     assert (first.uri, first.line, first.trigger) == (URI, 0, "open")
     await session.complete(DEEP)  # the server now knows where this document's cursor is
+    session.warmer.did_close(URI)
     session.open("file:///w/other.py", "x = 1\n" * 50)
     await session.wait_warms(2)
     session.open()  # opened again: warmed where the user left it
     *_, again = await session.wait_warms(3)
     assert (again.uri, again.line, again.trigger) == (URI, DEEP.line, "open")
     assert again.fed_tokens > 300  # the other document had evicted it
+
+
+async def test_a_document_opened_in_the_background_is_not_warmed(session):
+    """Editors open documents the user is not looking at; where the client said the user
+    works wins over a guess."""
+    session.open()
+    session.move(DEEP)
+    await session.wait_warms(1)
+    session.open("file:///w/peeked.py", "y = 2\n" * 50)
+    await settle()
+    assert [r.uri for r in session.warms()] == [URI]
+
+
+async def test_typing_on_to_another_line_is_not_a_jump(session):
+    """Enter after a completion moves the cursor to a new line, but the anchored prompt serves
+    it, and the decode going on after that completion's answer must not be cut short."""
+    session.open()
+    await session.wait_warms(1)
+    await session.complete(DEEP)
+    at = DEEP
+    for typed in ("x = 1", "\n", "    y"):  # typed at the cursor, as the editor reports it
+        at = session.cursor_after_typing(at, typed)
+    assert at.line == DEEP.line + 1
+    session.move(at)
+    await settle()
+    assert len(session.warms()) == 1 and session.warmer.covered.line == at.line
+    session.move(types.Position(line=DEEP.line + 40, character=0))  # a jump: warmed
+    *_, jump = await session.wait_warms(2)
+    assert jump.line == DEEP.line + 40
+
+
+async def test_a_jump_cancels_decoding_on_for_the_spot_left(session):
+    session.open()
+    await session.wait_warms(1)
+    decoding_on = threading.Event()
+
+    def decode_on(cancel: threading.Event) -> bool:  # stands for the decode going on after an answer
+        decoding_on.set()
+        return cancel.wait(30)
+
+    job = asyncio.ensure_future(session.service.scheduler.run("file:///w/module.py", decode_on, background=True))
+    await until(decoding_on.is_set, "the background job to run")
+    session.move(DEEP)
+    assert await asyncio.wait_for(job, 30) is True, "cancelled by the warm"
+    *_, warmed = await session.wait_warms(2)
+    assert warmed.line == DEEP.line
 
 
 async def test_no_warm_before_the_models_are_ready_then_one_when_they_are(session):
@@ -194,6 +252,7 @@ async def test_switched_off_binary_and_huge_documents_are_not_warmed(session):
     service.settings = SETTINGS
     for name, text in (("blob.py", "abc\x00\x01" * 1000), ("huge.py", "x = 1\n" * (warming.MAX_WARM_CHARS // 6 + 1))):
         session.open(f"file:///w/{name}", text)
+        session.move(types.Position(line=0, character=2), uri=f"file:///w/{name}")
         await settle()
     assert not session.warms() and service.warmer.counts["skipped"] == 2
     assert len(service.engine.decoder.kv) == 0
