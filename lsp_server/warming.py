@@ -255,6 +255,8 @@ class Warmer:
         record.ms = (time.monotonic() - started) * 1000
         self.counts[record.outcome] += 1
         self.records.append(record)
+        log.info("warm %s:%d (%s): %s, %d tokens fed in %.0f ms", spot.uri, spot.line + 1, trigger,
+                 record.outcome, record.fed_tokens, record.ms)
         if record.outcome == "warmed" and engine is service.engine:
             self.covered, self.covered_by_request = spot, False
         elif record.outcome != "error":
