@@ -18,11 +18,7 @@ local S = { timer = nil, last = nil }
 M._state = S -- for tests and debugging
 
 local function stop_timer()
-  if S.timer then
-    S.timer:stop()
-    S.timer:close()
-    S.timer = nil
-  end
+  S.timer = compat.close_timer(S.timer)
 end
 
 --- Send the current window's cursor in `bufnr` now, unless it was the last one sent.
