@@ -36,6 +36,7 @@ from lsprotocol import types
 from engine.anchor import Anchor, typed_since
 from engine.errors import QuickdraftError
 from lsp_server.context import Cursor, build_request, locate, looks_binary
+from lsp_server.plain_data import plain_data
 from lsp_server.scheduler import Superseded
 
 log = logging.getLogger(__name__)
@@ -67,14 +68,12 @@ class WarmRecord:
 
 
 def parse_cursor(params: Any) -> tuple[str, types.Position] | None:
-    """(uri, position) from the notification's params (a dict or pygls's attribute objects);
-    None when they are malformed."""
-    def field(value: Any, name: str) -> Any:
-        return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
-
-    uri = field(field(params, "textDocument"), "uri")
-    position = field(params, "position")
-    line, character = field(position, "line"), field(position, "character")
+    """(uri, position) from the notification's params; None when they are malformed."""
+    data = plain_data(params)
+    document = data.get("textDocument") if isinstance(data, dict) else None
+    position = data.get("position") if isinstance(data, dict) else None
+    uri = document.get("uri") if isinstance(document, dict) else None
+    line, character = (position.get("line"), position.get("character")) if isinstance(position, dict) else (None, None)
     if not isinstance(uri, str) or not all(type(v) is int and v >= 0 for v in (line, character)):
         return None
     return uri, types.Position(line=line, character=character)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import namedtuple
 
 import pytest
 from lsprotocol import types
@@ -348,14 +349,11 @@ async def test_a_cancelled_warm_leaves_the_cache_exact(session, verifier, where)
     assert [item.insert_text for item in answer.items] == ([expected.text] if expected.text else [])
 
 
-def test_cursor_params_are_parsed_from_dicts_and_attribute_objects():
-    class Obj:
-        def __init__(self, **fields):
-            self.__dict__.update(fields)
-
+def test_cursor_params_are_parsed_from_dicts_and_pygls_objects():
+    Object = namedtuple("Object", ["textDocument", "position"])  # how pygls hands over custom params
+    TextDocument, Position = namedtuple("Object", ["uri"]), namedtuple("Object", ["line", "character"])
     position = types.Position(line=3, character=7)
     assert warming.parse_cursor(cursor("file:///a.py", position)) == ("file:///a.py", position)
-    assert warming.parse_cursor(Obj(textDocument=Obj(uri="file:///a.py"), position=Obj(line=3, character=7))) \
-        == ("file:///a.py", position)
+    assert warming.parse_cursor(Object(TextDocument("file:///a.py"), Position(3, 7))) == ("file:///a.py", position)
     assert warming.parse_cursor(cursor("file:///a.py", position) | {"position": {"line": True, "character": 0}}) is None
     assert warming.parse_cursor("nonsense") is None

@@ -25,7 +25,8 @@ from typing import Sequence
 
 from lsprotocol import types
 
-from lsp_server.bench.session import SessionBenchConfig, SessionClient, environment, percentile
+from engine.stats import percentile
+from lsp_server.bench.session import SessionBenchConfig, SessionClient, environment
 
 log = logging.getLogger(__name__)
 

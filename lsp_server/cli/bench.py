@@ -78,7 +78,7 @@ def add_parsers(sub) -> None:
     first.add_argument("--wait-s", type=float, default=3.0, help="from opening the file to the first key (default 3)")
     for flag in ("--verifier", "--draft", "--dtype"):
         first.add_argument(flag, help="server flag (default: the server's machine default)")
-    first.add_argument("--drafter", choices=DRAFTERS, help="server drafter (default: the server's)")
+    first.add_argument("--drafter", choices=DRAFTER_MODES, help="server drafter (default: the server's)")
     first.add_argument("--budget-ms", type=float, help="server latency budget (default: the server's, 200)")
     first.add_argument("--out", default="bench-out", help="folder for first-completion.json (default bench-out)")
     first.set_defaults(handler=run_first_completion)
