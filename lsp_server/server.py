@@ -13,6 +13,7 @@ from pygls.protocol import LanguageServerProtocol
 from lsp_server.plain_data import plain_data
 from lsp_server.service import ACCEPT_COMMAND, CompletionService
 from lsp_server.settings import Settings, apply_client_settings
+from lsp_server.warming import CURSOR_NOTIFICATION
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +59,23 @@ def create_server(settings: Settings) -> LanguageServer:
     async def inline_completion(ls: LanguageServer, params: types.InlineCompletionParams):
         return await service.complete(ls.workspace, params)
 
+    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: LanguageServer, params: types.DidOpenTextDocumentParams) -> None:
+        service.warmer.did_open(ls.workspace, params.text_document.uri)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: LanguageServer, params: types.DidChangeTextDocumentParams) -> None:
+        service.warmer.did_change()
+
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: LanguageServer, params: types.DidCloseTextDocumentParams) -> None:
         service.document_closed(params.text_document.uri)
+        service.warmer.did_close(params.text_document.uri)
+
+    @server.feature(CURSOR_NOTIFICATION)
+    def did_change_cursor(ls: LanguageServer, params) -> None:
+        """The client's cursor rested somewhere: warm the cache there (lsp_server/warming.py)."""
+        service.warmer.did_change_cursor(ls.workspace, params)
 
     @server.command(ACCEPT_COMMAND)
     def accepted(ls: LanguageServer, *args) -> None:

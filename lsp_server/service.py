@@ -21,6 +21,7 @@ from lsp_server.context import Cursor, build_request, locate, looks_binary
 from lsp_server.scheduler import Scheduler, Superseded
 from lsp_server.settings import Settings, apply_client_settings
 from lsp_server.telemetry import RequestRecord, Telemetry
+from lsp_server.warming import Warmer
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ class CompletionService:
         self.shown: dict[str, Shown] = {}
         self._ids = itertools.count(1)
         self._load_task: asyncio.Task | None = None
+        self.warmer = Warmer(self)
 
     # -- models ---------------------------------------------------------------------
     def status(self, state: str, message: str) -> None:
@@ -95,6 +97,7 @@ class CompletionService:
             verifier = self.engine.verifier
             self.status("ready", f"ready: {verifier.name} ({verifier.dtype}, {verifier.device}), "
                                  f"drafter {self.engine.drafter_mode}")
+            self.warmer.engine_ready()
         except QuickdraftError as error:
             self.error = str(error)
             self.log_message(f"quickdraft: {error}", types.MessageType.Error)
@@ -133,6 +136,7 @@ class CompletionService:
             return EMPTY
 
         typed_through = self.type_through(cursor)
+        self.warmer.did_request(workspace, uri, cursor.position, model=typed_through is None)
         if typed_through is not None:
             self.record(started, cursor, "typethrough", text=typed_through.text)
             return self.items(document, cursor, typed_through.text, typed_through.replace_after)
@@ -280,9 +284,11 @@ class CompletionService:
     def stats(self) -> dict:
         snapshot = self.telemetry.snapshot(self.drafter_mode)
         snapshot["state"] = self.state
+        snapshot["warming"] = self.warmer.snapshot()
         if self.error:
             snapshot["error"] = self.error
         return snapshot
 
     def shutdown(self) -> None:
+        self.warmer.stop()
         self.scheduler.shutdown()

@@ -27,6 +27,7 @@ class Settings:
     suffix_tokens: int | None = None
     other_documents_tokens: int | None = None
     adaptive_drafting: bool = True  # switch drafters when draft acceptance stays under 50 %
+    warm: bool = True  # prefill the cursor's prompt window in the background (lsp_server/warming.py)
 
     def model_key(self) -> tuple:
         """Settings whose change means loading models again."""
@@ -42,6 +43,7 @@ _CLIENT_NAMES = {
     "budgetMs": "budget_ms", "maxNewTokens": "max_new_tokens", "multiline": "multiline", "enabled": "enabled",
     "disabledLanguages": "disabled_languages", "prefixTokens": "prefix_tokens", "suffixTokens": "suffix_tokens",
     "otherDocumentsTokens": "other_documents_tokens", "adaptiveDrafting": "adaptive_drafting",
+    "warm": "warm",
 }
 _LIMITS = {"budget_ms": (1, 60_000), "max_new_tokens": (1, 1024), "prefix_tokens": (16, 32_768),
            "suffix_tokens": (0, 32_768), "other_documents_tokens": (0, 32_768)}

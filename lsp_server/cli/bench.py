@@ -70,6 +70,19 @@ def add_parsers(sub) -> None:
                          help="keep the chosen drafter all session (the server may otherwise switch to lookup)")
     session.set_defaults(handler=run_session)
 
+    first = kinds.add_parser("first-completion",
+                             help="the first completion after opening a large file and waiting, warming on vs off")
+    first.add_argument("path", nargs="?", metavar="FILE", help="the file to open (default: the stdlib's argparse.py)")
+    first.add_argument("--lines", type=int, default=2000, help="cut the file to this many lines (default 2000)")
+    first.add_argument("--trials", type=int, default=4, help="trials per mode, warming on and off (default 4)")
+    first.add_argument("--wait-s", type=float, default=3.0, help="from opening the file to the first key (default 3)")
+    for flag in ("--verifier", "--draft", "--dtype"):
+        first.add_argument(flag, help="server flag (default: the server's machine default)")
+    first.add_argument("--drafter", choices=DRAFTER_MODES, help="server drafter (default: the server's)")
+    first.add_argument("--budget-ms", type=float, help="server latency budget (default: the server's, 200)")
+    first.add_argument("--out", default="bench-out", help="folder for first-completion.json (default bench-out)")
+    first.set_defaults(handler=run_first_completion)
+
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="*", metavar="FILE_OR_DIR",
@@ -194,4 +207,22 @@ def run_session(args: argparse.Namespace) -> int:
     plots = write_plots(result, out)
     print(format_table(result))
     print(f"wrote {out / 'session.json'}, {', '.join(str(p) for p in plots)}")
+    return 0
+
+
+def run_first_completion(args: argparse.Namespace) -> int:
+    from lsp_server.bench.first_completion import FirstCompletionConfig, format_table, run_first_completion_bench
+
+    config = FirstCompletionConfig(lines=args.lines, trials=args.trials, wait_s=args.wait_s, verifier=args.verifier,
+                                   draft=args.draft, drafter=args.drafter, dtype=args.dtype, budget_ms=args.budget_ms)
+    try:
+        result = run_first_completion_bench(config, args.path)
+    except (RuntimeError, OSError) as error:
+        print(f"quickdraft: {error}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "first-completion.json").write_text(json.dumps(result, indent=1))
+    print(format_table(result))
+    print(f"wrote {out / 'first-completion.json'}")
     return 0

@@ -19,6 +19,8 @@ def add_parsers(sub) -> None:
     serve.add_argument("--budget-ms", type=float, help="latency budget per completion (default 200)")
     serve.add_argument("--dtype", help="bfloat16 | float16 | float32")
     serve.add_argument("--device", help="cpu | cuda | cuda:N")
+    serve.add_argument("--no-warm", action="store_true",
+                       help="do not prefill the cursor's prompt window ahead of requests (setting `warm`)")
     serve.add_argument("--tcp", action="store_true", help="listen on TCP instead of stdio")
     serve.add_argument("--stdio", action="store_true", help="use stdio (the default; accepted because clients pass it)")
     serve.add_argument("--host", default="127.0.0.1", help="TCP address (default 127.0.0.1: this machine only)")
@@ -33,6 +35,8 @@ def settings_from_args(args: argparse.Namespace):
     settings = machine_defaults()
     flags = {"verifier": args.verifier, "draft": args.draft, "drafter": args.drafter, "dtype": args.dtype,
              "device": args.device, "max_new_tokens": args.max_new_tokens, "budget_ms": args.budget_ms}
+    if args.no_warm:
+        flags["warm"] = False
     return replace(settings, **{k: v for k, v in flags.items() if v is not None})
 
 

@@ -303,3 +303,45 @@ def test_shown_and_word_accept_are_reported(editor):
     after = wait_until(lambda: (s := editor.stats())["partiallyAccepted"] > shown["partiallyAccepted"] and s,
                        "quickdraft/didPartiallyAcceptCompletion")
     assert after["accepted"] == shown["accepted"], "a word is not a full accept"
+
+
+COUNT_CURSOR_REPORTS = """
+local compat = require('quickdraft.compat')
+_G.qd_cursor_sent = {}
+_G.qd_plain_notify = _G.qd_plain_notify or compat.notify
+compat.notify = function(client, method, params)
+  if method == 'quickdraft/didChangeCursor' then
+    table.insert(_G.qd_cursor_sent, params)
+  end
+  return _G.qd_plain_notify(client, method, params)
+end
+"""
+
+
+def test_cursor_moves_are_reported_where_they_rest_and_the_server_warms_there(editor):
+    text = PREFIX + "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(40))
+    path = editor.open(text)
+    time.sleep(0.4)  # the report of where the buffer was opened has gone
+    editor.lua(COUNT_CURSOR_REPORTS)
+    sent = lambda: editor.lua("return _G.qd_cursor_sent")  # noqa: E731
+    try:
+        for line in (20, 40, 60, 80):  # jumps faster than the 100 ms debounce: one report, where it rests
+            editor.nv.input(f"{line}G")
+            time.sleep(0.02)
+        wait_until(sent, "the cursor notification", timeout=10)
+        time.sleep(0.4)
+        assert [(p["textDocument"]["uri"], p["position"]) for p in sent()] == [(path.as_uri(), {"line": 79, "character": 0})]
+        wait_until(lambda: [r for r in editor.stats()["warming"]["recent"]
+                            if (r["uri"], r["line"], r["trigger"], r["outcome"]) == (path.as_uri(), 79, "cursor", "warmed")],
+                   "the server to warm line 80", timeout=60)
+        editor.nv.input("80G")  # where it is already: nothing new to say
+        time.sleep(0.4)
+        assert len(sent()) == 1
+        # Entering the buffer again (BufEnter) reports it: the server may have warmed elsewhere since.
+        other = editor.open()
+        wait_until(lambda: any(p["textDocument"]["uri"] == other.as_uri() for p in sent()), "the other buffer's report")
+        editor.nv.command(f"buffer {path}")
+        wait_until(lambda: sent()[-1]["textDocument"]["uri"] == path.as_uri(), "the report on BufEnter", timeout=10)
+        assert sent()[-1]["position"] == {"line": 79, "character": 0}
+    finally:
+        editor.lua("if _G.qd_plain_notify then require('quickdraft.compat').notify = _G.qd_plain_notify end")

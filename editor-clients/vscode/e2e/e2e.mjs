@@ -2,6 +2,8 @@
 // packaged quickdraft.vsix installed, the real `quickdraft serve` on a tiny random model,
 // driven through Debian's chromium by playwright-core. Types in a Python file, waits for the
 // ghost text, takes a screenshot, accepts with Tab, saves with Ctrl+S and checks the file.
+// Before typing, it clicks a line and checks the server warmed its cache there (the cursor
+// notification).
 //
 //   node e2e/e2e.mjs            (env: QUICKDRAFT_BIN, QUICKDRAFT_TINY_MODEL, QD_E2E_OUT, CHROMIUM)
 import { spawn, execFileSync } from 'node:child_process';
@@ -78,13 +80,14 @@ if (!modelDir) {
 const ORIGINAL = 'import os\n\n\ndef read_file(path):\n    with open(path) as f:\n        return f.read()\n\n\n';
 const TYPED = 'def write_file(path, text):\n    with open(path, "w") as f:\n        f.write';
 const file = path.join(workspace, 'main.py');
+const serverLogFile = path.join(tmp, 'quickdraft-serve.log');
 fs.writeFileSync(file, ORIGINAL);
 
 fs.writeFileSync(path.join(userData, 'User', 'settings.json'), JSON.stringify({
   'quickdraft.server.command': quickdraft,
   // float32: the tiny model's own dtype; a generous budget and few tokens, so completions do
   // not depend on how busy the machine is.
-  'quickdraft.server.args': ['serve', '--dtype', 'float32'],
+  'quickdraft.server.args': ['serve', '--dtype', 'float32', '--log-file', serverLogFile],
   'quickdraft.budgetMs': 20000,
   'quickdraft.maxNewTokens': 12,
   'quickdraft.verifier': modelDir,
@@ -128,6 +131,19 @@ const server = spawn(process.execPath, [codeServer, ...common, '--auth', 'none',
 server.stdout.pipe(serverLog);
 server.stderr.pipe(serverLog);
 
+function readServerLog() {
+  return fs.existsSync(serverLogFile) ? fs.readFileSync(serverLogFile, 'utf8') : '';
+}
+
+async function waitForLog(pattern, timeoutMs) {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (pattern.test(readServerLog())) return true;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  return false;
+}
+
 let browser;
 let page;
 let failed = false;
@@ -155,6 +171,13 @@ try {
   await page.waitForFunction(() => [...document.querySelectorAll('.statusbar-item')]
     .some((e) => e.textContent.includes('quickdraft') && e.querySelector('.codicon-sparkle')), null, { timeout: 120000 });
   log(`status bar: "${(await status.textContent()).trim()}" (ready)`);
+
+  // Clicking a line moves the cursor: the extension tells the server where it rests, and the
+  // server warms its cache there (its log says so).
+  await page.locator('.view-line', { hasText: 'def read_file' }).first().click();
+  const warmed = await waitForLog(/warm \S+main\.py:4 \(cursor\): warmed/, 60000);
+  if (!warmed) throw new Error(`the server did not warm main.py:4 after the click; its log:\n${readServerLog()}`);
+  log('the cursor moved to line 4: the server warmed its cache there');
 
   // Type at the end of the file.
   await editor.click();

@@ -9,6 +9,7 @@ import {
   ServerOptions,
   State,
 } from 'vscode-languageclient/node';
+import { CURSOR_NOTIFICATION, CursorReporter, cursorParams } from './cursor';
 import { Debouncer } from './debounce';
 import { isLanguageDisabled, readSettings, resolveServerCommand, serverOptionsFrom, Settings } from './settings';
 import { ServerStatus, statsReport, statsSummary, statusText } from './stats';
@@ -23,6 +24,9 @@ let lastStatus: ServerStatus | undefined;
 let settings: Settings;
 let extensionPath = '';
 const debouncer = new Debouncer();
+const cursorReporter = new CursorReporter((position) => {
+  if (currentClientRunning()) client!.sendNotification(CURSOR_NOTIFICATION, cursorParams(position)).catch(() => undefined);
+});
 
 function workspaceDirs(): string[] {
   return (vscode.workspace.workspaceFolders ?? []).map((folder) => folder.uri.fsPath);
@@ -121,12 +125,23 @@ function currentClientRunning(): boolean {
   return client !== undefined && client.state === State.Running;
 }
 
+/** Tell the server where the cursor rests in a document it completes, so it can warm its cache there. */
+function reportCursor(editor: vscode.TextEditor | undefined): void {
+  if (!editor || !currentClientRunning() || !settings.enable || !settings.warm) return;
+  const document = editor.document;
+  if (!['file', 'untitled'].includes(document.uri.scheme) || isLanguageDisabled(settings, document.languageId)) return;
+  const { line, character } = editor.selection.active;
+  cursorReporter.moved({ uri: client!.code2ProtocolConverter.asUri(document.uri), line, character });
+}
+
 async function startClient(): Promise<void> {
   const created = buildClient();
   client = created;
+  cursorReporter.cancel(true);
   try {
     await created.start();
     if (lastStatus?.state === 'starting') setStatus({ state: 'loading', message: 'waiting for the server' });
+    reportCursor(vscode.window.activeTextEditor);
   } catch (error) {
     const command = resolveServerCommand(settings.serverCommand, workspaceDirs(), extensionPath);
     const message = `quickdraft: could not start "${command} ${settings.serverArgs.join(' ')}" (${String(error)}). `
@@ -139,6 +154,7 @@ async function startClient(): Promise<void> {
 }
 
 async function stopClient(): Promise<void> {
+  cursorReporter.cancel(true);
   if (refreshTimer) clearTimeout(refreshTimer);
   refreshTimer = undefined;
   const old = client;
@@ -204,6 +220,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<{ clie
     vscode.commands.registerCommand('quickdraft.restartServer', restartServer),
     vscode.commands.registerCommand('quickdraft.showStats', showStats),
     vscode.workspace.onDidChangeConfiguration(onConfigurationChanged),
+    vscode.window.onDidChangeTextEditorSelection((event) => reportCursor(event.textEditor)),
+    vscode.window.onDidChangeActiveTextEditor(reportCursor),
     { dispose: () => void stopClient() },
   );
   await startClient();

@@ -16,6 +16,7 @@ export interface Settings {
   multiline: string;
   disabledLanguages: string[];
   debounceMs: number;
+  warm: boolean;
 }
 
 /** The subset of vscode.WorkspaceConfiguration this module needs. */
@@ -36,6 +37,7 @@ export function readSettings(config: ConfigLike): Settings {
     multiline: config.get<string>('multiline', 'auto'),
     disabledLanguages: config.get<string[]>('disabledLanguages', []),
     debounceMs: config.get<number>('debounceMs', 150),
+    warm: config.get<boolean>('warm', true),
   };
 }
 
@@ -48,6 +50,7 @@ export function serverOptionsFrom(s: Settings): Record<string, unknown> {
     maxNewTokens: s.maxNewTokens,
     multiline: s.multiline,
     disabledLanguages: s.disabledLanguages,
+    warm: s.warm,
   };
   // Empty model settings mean "the server's default": leave them out.
   if (s.verifier) options.verifier = s.verifier;

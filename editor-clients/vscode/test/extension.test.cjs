@@ -32,6 +32,14 @@ function sentRequests() {
     .filter((line) => line.includes("Sending request 'textDocument/inlineCompletion")).length;
 }
 
+/** Notifications of `method` the language client has sent so far (from its message trace). */
+function sentNotifications(method) {
+  return T.state.outputChannels.flatMap((c) => c.lines)
+    .filter((line) => line.includes(`Sending notification '${method}'`)).length;
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
 function endOf(document) {
   return document.positionAt(document.getText().length);
 }
@@ -143,6 +151,35 @@ test('typing is debounced: only the last of a burst reaches the server', async (
   const after = (await stats()).requests;
   assert.equal(after - before, 1, 'the server answered one');
   T.setSettings({ 'quickdraft.debounceMs': 0 });
+});
+
+test('where the cursor rests is sent once per rest, and the server warms its cache there', async () => {
+  const CURSOR = 'quickdraft/didChangeCursor';
+  const before = sentNotifications(CURSOR);
+  const editor = T.showEditor(doc, new vscode.Position(0, 0));
+  for (const line of [1, 2, 3]) { // arrow keys, faster than the 100 ms debounce
+    await sleep(20);
+    T.moveCursor(editor, new vscode.Position(line, 2));
+  }
+  await waitFor(() => sentNotifications(CURSOR) > before, 'the cursor notification', 10000);
+  const warmed = await waitFor(async () => (await stats()).warming.recent
+    .find((r) => r.trigger === 'cursor' && r.line === 3 && r.outcome === 'warmed'), 'the server to warm line 3', 60000, 100);
+  assert.equal(warmed.uri, doc.uri.toString());
+  assert.ok(warmed.fed_tokens > 0);
+  T.moveCursor(editor, new vscode.Position(3, 2)); // where it is already: nothing new to say
+  await sleep(400);
+  assert.equal(sentNotifications(CURSOR) - before, 1, 'one notification for one rest');
+  T.setSettings({ 'quickdraft.disabledLanguages': ['python'] });
+  T.moveCursor(editor, new vscode.Position(1, 0));
+  await sleep(400);
+  assert.equal(sentNotifications(CURSOR) - before, 1, 'nothing for a disabled language');
+  T.setSettings({ 'quickdraft.disabledLanguages': [], 'quickdraft.warm': false });
+  T.moveCursor(editor, new vscode.Position(2, 0));
+  await sleep(400);
+  assert.equal(sentNotifications(CURSOR) - before, 1, 'nothing with warming off');
+  T.setSettings({ 'quickdraft.warm': true });
+  T.moveCursor(editor, new vscode.Position(1, 0));
+  await waitFor(() => sentNotifications(CURSOR) - before === 2, 'a notification once warming is on again', 10000);
 });
 
 test('disabled languages are not sent to the server', async () => {

@@ -71,7 +71,9 @@ class Range {
   get isSingleLine() { return this.start.line === this.end.line; }
 }
 
-class Selection extends Range {}
+class Selection extends Range {
+  constructor(anchor, active) { super(anchor, active); this.anchor = anchor; this.active = active; }
+}
 class Location { constructor(uri, range) { this.uri = uri; this.range = range; } }
 
 class InlineCompletionItem {
@@ -137,6 +139,7 @@ const state = {
   messages: [], // { kind, text }
   outputChannels: [],
   textDocuments: [],
+  activeEditor: undefined, // set by showEditor
 };
 
 const events = {
@@ -144,6 +147,7 @@ const events = {
   willSave: new EventEmitter(), didSave: new EventEmitter(), didChangeConfiguration: new EventEmitter(),
   didChangeWorkspaceFolders: new EventEmitter(), didChangeActiveEditor: new EventEmitter(),
   didChangeVisibleEditors: new EventEmitter(), didChangeTabs: new EventEmitter(),
+  didChangeSelection: new EventEmitter(),
   didChangeLogLevel: new EventEmitter(),
 };
 
@@ -249,9 +253,10 @@ const api = {
     getCommands: () => Promise.resolve([...state.commands.keys()]),
   },
   window: {
-    get activeTextEditor() { return undefined; },
+    get activeTextEditor() { return state.activeEditor; },
     visibleTextEditors: [],
     onDidChangeActiveTextEditor: events.didChangeActiveEditor.event,
+    onDidChangeTextEditorSelection: events.didChangeSelection.event,
     onDidChangeVisibleTextEditors: events.didChangeVisibleEditors.event,
     tabGroups: { all: [], onDidChangeTabs: events.didChangeTabs.event },
     createOutputChannel: outputChannel,
@@ -354,6 +359,19 @@ const testing = {
     state.textDocuments.splice(state.textDocuments.indexOf(doc), 1);
     doc.isClosed = true;
     events.didClose.fire(doc);
+  },
+  /** Make `doc` the active editor with its cursor at `position`, as clicking its tab would. */
+  showEditor(doc, position) {
+    const selection = new Selection(position, position);
+    state.activeEditor = { document: doc, selection, selections: [selection], visibleRanges: [], options: {}, viewColumn: 1 };
+    events.didChangeActiveEditor.fire(state.activeEditor);
+    return state.activeEditor;
+  },
+  /** Move the cursor of `editor`, as a click or an arrow key would. */
+  moveCursor(editor, position) {
+    editor.selection = new Selection(position, position);
+    editor.selections = [editor.selection];
+    events.didChangeSelection.fire({ textEditor: editor, selections: editor.selections, kind: 1 });
   },
   inlineProviderFor(doc) {
     const entry = state.inlineProviders.find((p) => matchScore(p.selector, doc) > 0);

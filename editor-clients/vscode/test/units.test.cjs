@@ -10,6 +10,7 @@ const lib = path.resolve(__dirname, '..', 'out', 'lib');
 const settings = require(path.join(lib, 'settings.js'));
 const stats = require(path.join(lib, 'stats.js'));
 const { Debouncer } = require(path.join(lib, 'debounce.js'));
+const cursor = require(path.join(lib, 'cursor.js'));
 
 function config(values) {
   return { get: (key, fallback) => (key in values ? values[key] : fallback) };
@@ -19,7 +20,7 @@ test('settings map to the server options, leaving empty models to the server', (
   const s = settings.readSettings(config({ verifier: '', draft: 'none', drafter: 'lookup', disabledLanguages: ['markdown'] }));
   assert.deepEqual(settings.serverOptionsFrom(s), {
     enabled: true, drafter: 'lookup', budgetMs: 200, maxNewTokens: 64, multiline: 'auto',
-    disabledLanguages: ['markdown'], draft: 'none',
+    disabledLanguages: ['markdown'], draft: 'none', warm: true,
   });
   assert.equal(settings.isLanguageDisabled(s, 'markdown'), true);
   assert.equal(settings.isLanguageDisabled(s, 'python'), false);
@@ -78,4 +79,28 @@ test('debouncer lets only the newest call through', async () => {
   fire();
   assert.equal(await p, false);
   assert.ok(Date.now() - started < 1000, 'a cancelled wait ends at once');
+});
+
+test('cursor reports: debounced, once per position, dropped on cancel', async () => {
+  const sent = [];
+  const reporter = new cursor.CursorReporter((p) => sent.push(p), 30);
+  const at = (line, character = 0, uri = 'file:///a.py') => ({ uri, line, character });
+  reporter.moved(at(1));
+  reporter.moved(at(2));
+  reporter.moved(at(3, 4));
+  await new Promise((r) => setTimeout(r, 80));
+  assert.deepEqual(sent, [at(3, 4)], 'only where the cursor rested');
+  reporter.moved(at(3, 4));
+  await new Promise((r) => setTimeout(r, 80));
+  assert.equal(sent.length, 1, 'the same position is not sent again');
+  reporter.moved(at(3, 4, 'file:///b.py'));
+  reporter.moved(at(5));
+  reporter.cancel();
+  await new Promise((r) => setTimeout(r, 80));
+  assert.equal(sent.length, 1, 'a cancelled report is never sent');
+  reporter.cancel(true);
+  reporter.moved(at(3, 4));
+  await new Promise((r) => setTimeout(r, 80));
+  assert.equal(sent.length, 2, 'after forgetting (a new server), the position is sent again');
+  assert.deepEqual(cursor.cursorParams(at(7, 2)), { textDocument: { uri: 'file:///a.py' }, position: { line: 7, character: 2 } });
 });

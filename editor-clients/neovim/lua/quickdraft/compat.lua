@@ -57,6 +57,15 @@ function M.get_client(id)
   return vim.lsp.get_client_by_id(id)
 end
 
+--- Stop and close a libuv timer (nil is fine); returns nil, for `S.timer = compat.close_timer(S.timer)`.
+function M.close_timer(timer)
+  if timer then
+    timer:stop()
+    timer:close()
+  end
+  return nil
+end
+
 --- Start (or reuse) the client and attach it to `bufnr`; returns the client id.
 function M.start_client(config, bufnr)
   if vim.lsp.start then -- 0.8+

@@ -51,11 +51,7 @@ local function current_line(bufnr, row)
 end
 
 local function stop_timer()
-  if S.timer then
-    S.timer:stop()
-    S.timer:close()
-    S.timer = nil
-  end
+  S.timer = compat.close_timer(S.timer)
 end
 
 local function cancel_pending()

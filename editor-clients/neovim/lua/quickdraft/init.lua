@@ -2,6 +2,7 @@
 -- inline completions as ghost text. Neovim 0.7 - 0.11 use quickdraft's own renderer
 -- (lua/quickdraft/ghost.lua); 0.12+ use the built-in vim.lsp.inline_completion.
 local compat = require('quickdraft.compat')
+local cursor = require('quickdraft.cursor')
 local ghost = require('quickdraft.ghost')
 
 local api = vim.api
@@ -15,6 +16,9 @@ M.defaults = {
     'c', 'cpp', 'java', 'lua', 'sh', 'ruby', 'php', 'cs', 'kotlin', 'swift', 'scala',
   },
   debounce_ms = 150,
+  -- Tell the server where the cursor rests (debounced this long), so it warms its cache there;
+  -- false: never. The server's own `warm` setting (in `settings`) turns warming off there.
+  cursor_debounce_ms = 100,
   enabled = true,
   -- Sent as initializationOptions and in workspace/didChangeConfiguration, e.g.
   -- { verifier = 'qwen2.5-coder-1.5b', draft = 'none', drafter = 'lookup', budgetMs = 200 }
@@ -184,6 +188,10 @@ local function attach(bufnr)
     init_options = server_settings(),
     settings = { quickdraft = server_settings() },
     handlers = { ['quickdraft/status'] = on_status },
+    on_init = function()
+      cursor.reset() -- a new server: tell it where the cursor is, even if it was told before
+      vim.schedule(function() cursor.moved(api.nvim_get_current_buf()) end)
+    end,
   }
   local client_id = compat.start_client(config, bufnr)
   if not client_id then
@@ -194,6 +202,14 @@ local function attach(bufnr)
   end
   attached[bufnr] = client_id
   set_keymaps(bufnr)
+  if M.config.cursor_debounce_ms then
+    api.nvim_create_autocmd({ 'CursorMoved', 'CursorMovedI', 'BufEnter' }, {
+      group = api.nvim_create_augroup('quickdraft_cursor_' .. bufnr, { clear = true }),
+      buffer = bufnr,
+      callback = function() cursor.moved(bufnr) end,
+    })
+    cursor.moved(bufnr)
+  end
   if M.builtin then
     pcall(vim.lsp.inline_completion.enable, M.enabled, { bufnr = bufnr })
     return
@@ -311,6 +327,9 @@ function M.setup(opts)
   ghost.config.debounce_ms = M.config.debounce_ms
   ghost.config.enabled = function() return M.enabled end
   ghost.config.on_response = refresh_acceptance
+  cursor.config.debounce_ms = M.config.cursor_debounce_ms or cursor.config.debounce_ms
+  cursor.config.enabled = function() return M.enabled end
+  cursor.config.client_for = ghost.client_for
 
   set_highlight()
   local group = api.nvim_create_augroup('quickdraft', { clear = true })

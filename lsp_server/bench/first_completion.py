@@ -1,0 +1,175 @@
+"""`quickdraft bench first-completion`: the first completion after opening a file.
+
+A headless client starts `quickdraft serve` (stdio), and for each trial opens a large file
+(by default the first 2,000 lines of the standard library's argparse.py) with the rest of
+one code line deleted, says where the cursor is as the editor clients do
+(`quickdraft/didChangeCursor`), waits (3 s by default: the user reads), types the line's
+first character and asks for an inline completion there. It measures the latency the
+client sees and reads the server's own figures (tokens prefilled, warm fed) from
+`quickdraft/stats`.
+
+Trials alternate between warming on and off (the `warm` setting) in the same server, each
+at its own spot of the file under a new URI, so no trial reuses another's cache: the
+ratio between the two is measured side by side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from lsprotocol import types
+
+from engine.stats import percentile
+from lsp_server.bench.session import SessionBenchConfig, SessionClient, environment
+
+log = logging.getLogger(__name__)
+
+MODES = ("warm", "cold")
+
+
+@dataclass
+class FirstCompletionConfig:
+    lines: int = 2000  # the file is cut to this many lines
+    trials: int = 4  # per mode
+    wait_s: float = 3.0  # between opening the file and the first keystroke
+    # Server flags (None: the server's machine defaults, the CPU default on a CPU).
+    verifier: str | None = None
+    draft: str | None = None
+    drafter: str | None = None
+    dtype: str | None = None
+    budget_ms: float | None = None
+    load_timeout_s: float = 900.0
+
+
+@dataclass
+class Trial:
+    mode: str
+    uri: str
+    line: int  # 0-based
+    character: int
+    latency_ms: float = 0.0
+    shown: str = ""
+    expected: str = ""  # the rest of the line the user is about to type
+    server: dict = field(default_factory=dict)  # the server's record of the request
+    warms: list = field(default_factory=list)  # the server's warms of this document
+
+
+def default_file() -> Path:
+    import argparse
+
+    return Path(argparse.__file__)
+
+
+def pick_spots(lines: Sequence[str], count: int) -> list[int]:
+    """`count` code lines spread evenly through the file, well apart: indented statements
+    with something to complete, not comments or strings."""
+    def completable(text: str) -> bool:
+        code = text.strip()
+        return text.startswith((" ", "\t")) and len(code) >= 12 and not code.startswith(("#", '"', "'"))
+
+    candidates = [i for i, text in enumerate(lines) if completable(text) and i >= 60]
+    if len(candidates) < count:
+        raise RuntimeError(f"the file has only {len(candidates)} code lines to complete, {count} needed")
+    step = len(candidates) / count
+    return [candidates[int(i * step + step / 2)] for i in range(count)]
+
+
+def spot_document(lines: Sequence[str], line: int) -> tuple[str, int, str]:
+    """(the file with line `line` cut after its indentation, that indentation, the cut code)."""
+    text = lines[line]
+    indent = len(text) - len(text.lstrip())
+    cut = [*lines[:line], text[:indent], *lines[line + 1:]]
+    return "\n".join(cut) + "\n", indent, text[indent:]
+
+
+async def run_trial(client: SessionClient, trial: Trial, text: str, typed: str, wait_s: float) -> None:
+    server = client.client
+    server.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={"quickdraft": {"warm": trial.mode == "warm"}}))
+    client.open(trial.uri, text, 1)
+    position = types.Position(line=trial.line, character=trial.character)
+    server.protocol.notify("quickdraft/didChangeCursor",
+                           {"textDocument": {"uri": trial.uri}, "position": {"line": trial.line, "character": trial.character}})
+    await asyncio.sleep(wait_s)
+    client.change(trial.uri, 2, position, position, typed)
+    started = time.monotonic()
+    _, future = client.request_completion(trial.uri, types.Position(line=trial.line, character=trial.character + 1))
+    result = await future
+    trial.latency_ms = (time.monotonic() - started) * 1000
+    items = list(result.items) if result is not None and hasattr(result, "items") else list(result or [])
+    trial.shown = items[0].insert_text if items else ""
+    stats = await client.stats()
+    trial.server = next((r for r in reversed(stats.get("recent") or []) if r.get("uri") == trial.uri), {})
+    trial.warms = [r for r in (stats.get("warming") or {}).get("recent") or [] if r.get("uri") == trial.uri]
+    client.close(trial.uri)
+
+
+async def run_trials(config: FirstCompletionConfig, lines: list[str], name: str) -> tuple[list[Trial], dict]:
+    spots = pick_spots(lines, config.trials * len(MODES))
+    session_config = SessionBenchConfig(verifier=config.verifier, draft=config.draft, dtype=config.dtype,
+                                        budget_ms=config.budget_ms, load_timeout_s=config.load_timeout_s)
+    client = SessionClient(session_config, config.drafter, None)
+    loaded = time.monotonic()
+    status = await client.start()
+    load_s = time.monotonic() - loaded
+    trials = []
+    try:
+        for i, line in enumerate(spots):
+            # warm, cold, cold, warm, ...: neither mode always runs right after the other.
+            mode = MODES[(i + i // 2) % 2]
+            text, indent, code = spot_document(lines, line)
+            trial = Trial(mode, f"file:///quickdraft-bench/{i}-{mode}/{name}", line, indent, expected=code[1:])
+            await run_trial(client, trial, text, code[0], config.wait_s)
+            log.info("%s line %d: %.0f ms, prefill %s", mode, line + 1, trial.latency_ms,
+                     trial.server.get("prefill_tokens"))
+            trials.append(trial)
+    finally:
+        await client.stop()
+    return trials, {"server_status": status.get("message"), "load_s": round(load_s, 1)}
+
+
+def summarize(trials: list[Trial], mode: str) -> dict:
+    mine = [t for t in trials if t.mode == mode]
+    latencies = [t.latency_ms for t in mine]
+    prefill = [t.server.get("prefill_tokens", 0) for t in mine]
+    fed = [sum(w.get("fed_tokens", 0) for w in t.warms) for t in mine]
+    return {"mode": mode, "trials": len(mine),
+            "latency_ms": {"p50": percentile(latencies, 50), "max": max(latencies, default=None),
+                           "all": [round(v) for v in latencies]},
+            "prefill_tokens": prefill, "warm_fed_tokens": fed,
+            "within_300_ms": sum(v <= 300 for v in latencies) / len(mine) if mine else None}
+
+
+def run_first_completion_bench(config: FirstCompletionConfig, path: str | None = None) -> dict:
+    logging.getLogger("pygls").setLevel(logging.WARNING)
+    file = Path(path) if path else default_file()
+    lines = file.read_text(encoding="utf-8").split("\n")[: config.lines]
+    if len(lines) < config.lines:
+        log.warning("%s has %d lines, fewer than %d", file, len(lines), config.lines)
+    env = environment()
+    trials, server = asyncio.run(run_trials(config, lines, file.name))
+    env["load_average_end"] = list(os.getloadavg())
+    return {"benchmark": "first-completion", "environment": env, "config": asdict(config), "file": str(file),
+            "file_lines": len(lines), **server, "modes": [summarize(trials, mode) for mode in MODES],
+            "trials": [asdict(t) for t in trials]}
+
+
+def format_table(result: dict) -> str:
+    rows = [("mode", "trials", "p50 ms", "max ms", "≤ 300 ms", "prefill tokens", "warm fed tokens")]
+    for m in result["modes"]:
+        share = m["within_300_ms"]
+        rows.append((m["mode"], str(m["trials"]), f"{m['latency_ms']['p50'] or 0:.0f}", f"{m['latency_ms']['max'] or 0:.0f}",
+                     "–" if share is None else f"{share:.0%}", " ".join(map(str, m["prefill_tokens"])),
+                     " ".join(map(str, m["warm_fed_tokens"]))))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    load = result["environment"].get("load_average")
+    lines = [f"first completion after opening {result['file_lines']} lines of {Path(result['file']).name} and "
+             f"waiting {result['config']['wait_s']:g} s ({result.get('server_status')}; load {load})"]
+    lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
+    return "\n".join(lines)
