@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from lsp_client import ServerSession
+from support.lsp_client import ServerSession
 
 pytestmark = pytest.mark.timeout(300)
 

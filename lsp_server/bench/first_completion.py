@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,8 +24,10 @@ from typing import Sequence
 
 from lsprotocol import types
 
+from engine.bench.common import load_average
 from engine.stats import percentile
-from lsp_server.bench.session import SessionBenchConfig, SessionClient, environment
+from lsp_server.bench.session_report import environment
+from lsp_server.client import QuickdraftClient, serve_args
 
 log = logging.getLogger(__name__)
 
@@ -88,19 +89,16 @@ def spot_document(lines: Sequence[str], line: int) -> tuple[str, int, str]:
     return "\n".join(cut) + "\n", indent, text[indent:]
 
 
-async def run_trial(client: SessionClient, trial: Trial, text: str, typed: str, wait_s: float) -> None:
-    server = client.client
-    server.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"quickdraft": {"warm": trial.mode == "warm"}}))
+async def run_trial(client: QuickdraftClient, trial: Trial, text: str, typed: str, wait_s: float) -> None:
+    client.configure({"warm": trial.mode == "warm"})
     client.open(trial.uri, text, 1)
     position = types.Position(line=trial.line, character=trial.character)
-    server.protocol.notify("quickdraft/didChangeCursor",
-                           {"textDocument": {"uri": trial.uri}, "position": {"line": trial.line, "character": trial.character}})
+    client.notify("quickdraft/didChangeCursor", {"textDocument": {"uri": trial.uri},
+                                                 "position": {"line": trial.line, "character": trial.character}})
     await asyncio.sleep(wait_s)
     client.change(trial.uri, 2, position, position, typed)
     started = time.monotonic()
-    _, future = client.request_completion(trial.uri, types.Position(line=trial.line, character=trial.character + 1))
-    result = await future
+    result = await client.complete(trial.uri, types.Position(line=trial.line, character=trial.character + 1))
     trial.latency_ms = (time.monotonic() - started) * 1000
     items = list(result.items) if result is not None and hasattr(result, "items") else list(result or [])
     trial.shown = items[0].insert_text if items else ""
@@ -112,14 +110,14 @@ async def run_trial(client: SessionClient, trial: Trial, text: str, typed: str, 
 
 async def run_trials(config: FirstCompletionConfig, lines: list[str], name: str) -> tuple[list[Trial], dict]:
     spots = pick_spots(lines, config.trials * len(MODES))
-    session_config = SessionBenchConfig(verifier=config.verifier, draft=config.draft, dtype=config.dtype,
-                                        budget_ms=config.budget_ms, load_timeout_s=config.load_timeout_s)
-    client = SessionClient(session_config, config.drafter, None)
+    client = QuickdraftClient("quickdraft-bench")
     loaded = time.monotonic()
-    status = await client.start()
-    load_s = time.monotonic() - loaded
+    await client.start(serve_args(verifier=config.verifier, draft=config.draft, drafter=config.drafter,
+                                  dtype=config.dtype, budget_ms=config.budget_ms))
     trials = []
     try:
+        status = await client.wait_until_loaded(config.load_timeout_s)
+        load_s = time.monotonic() - loaded
         for i, line in enumerate(spots):
             # warm, cold, cold, warm, ...: neither mode always runs right after the other.
             mode = MODES[(i + i // 2) % 2]
@@ -154,7 +152,7 @@ def run_first_completion_bench(config: FirstCompletionConfig, path: str | None =
         log.warning("%s has %d lines, fewer than %d", file, len(lines), config.lines)
     env = environment()
     trials, server = asyncio.run(run_trials(config, lines, file.name))
-    env["load_average_end"] = list(os.getloadavg())
+    env["load_average_end"] = load_average()
     return {"benchmark": "first-completion", "environment": env, "config": asdict(config), "file": str(file),
             "file_lines": len(lines), **server, "modes": [summarize(trials, mode) for mode in MODES],
             "trials": [asdict(t) for t in trials]}
