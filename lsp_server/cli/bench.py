@@ -76,6 +76,8 @@ def add_parsers(sub) -> None:
     first.add_argument("--lines", type=int, default=2000, help="cut the file to this many lines (default 2000)")
     first.add_argument("--trials", type=int, default=4, help="trials per mode, warming on and off (default 4)")
     first.add_argument("--wait-s", type=float, default=3.0, help="from opening the file to the first key (default 3)")
+    first.add_argument("--until-warm", action="store_true",
+                       help="warm trials wait on past --wait-s until the warm has ended (slow or busy machines)")
     for flag in ("--verifier", "--draft", "--dtype"):
         first.add_argument(flag, help="server flag (default: the server's machine default)")
     first.add_argument("--drafter", choices=DRAFTER_MODES, help="server drafter (default: the server's)")
@@ -213,7 +215,8 @@ def run_session(args: argparse.Namespace) -> int:
 def run_first_completion(args: argparse.Namespace) -> int:
     from lsp_server.bench.first_completion import FirstCompletionConfig, format_table, run_first_completion_bench
 
-    config = FirstCompletionConfig(lines=args.lines, trials=args.trials, wait_s=args.wait_s, verifier=args.verifier,
+    config = FirstCompletionConfig(lines=args.lines, trials=args.trials, wait_s=args.wait_s, until_warm=args.until_warm,
+                                   verifier=args.verifier,
                                    draft=args.draft, drafter=args.drafter, dtype=args.dtype, budget_ms=args.budget_ms)
     try:
         result = run_first_completion_bench(config, args.path)
