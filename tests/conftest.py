@@ -8,7 +8,10 @@ import torch
 from engine.models.tiny import build_model, write_tiny_model
 from support.tiny_models import TINY_VOCAB, noisy_copy
 
-torch.set_num_threads(2)
+# One thread: tiny models gain nothing from a second, and on a shared, loaded machine every
+# OpenMP barrier waits for the other thread's time slice (measured 14 ms vs 440 ms a forward
+# at load 20 on 2 cores).
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
