@@ -1,9 +1,12 @@
 """Names the engine, the server, the CLI and the benchmarks share (no torch here).
 
 Drafter modes — how the verifier gets the tokens it checks:
-    hybrid   prompt lookup first, the draft model where lookup has nothing
+    hybrid   prompt lookup first, the draft model where lookup has nothing; without a
+             draft model but with trained Medusa heads: the heads' tree and lookup together
     lookup   n-grams of the prompt and the open documents only (no second model)
     draft    the draft model only
+    medusa   the verifier's trained Medusa heads (a token tree)
+    hybrid-tree, lookup-tree, draft-tree   the same as token trees: several candidates per pass
     none     no drafts: one verifier pass per token
 
 Multiline policies — whether a completion may span lines:
@@ -15,8 +18,8 @@ from __future__ import annotations
 
 from engine.errors import ConfigError
 
-DRAFTER_MODES = ("hybrid", "lookup", "draft", "none")
-DRAFT_MODEL_MODES = ("hybrid", "draft")  # the modes that load and run a draft model
+DRAFTER_MODES = ("hybrid", "lookup", "draft", "medusa", "hybrid-tree", "lookup-tree", "draft-tree", "none")
+DRAFT_MODEL_MODES = ("hybrid", "draft", "hybrid-tree", "draft-tree")  # the modes that load and run a draft model
 
 # Policy name → CompletionRequest.multiline (None: decide from the syntax).
 MULTILINE_POLICIES: dict[str, bool | None] = {"auto": None, "always": True, "never": False}

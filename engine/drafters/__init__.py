@@ -4,6 +4,8 @@ base.py           the interface every drafter implements (start, propose, observ
 prompt_lookup.py  n-gram copies from the prompt and the open documents (no model)
 draft_model.py    a small language model drafting from its own KV cache
 hybrid.py         lookup when it has a match, else the draft model
+trees.py          the same as token trees: several candidates per verifier pass
+medusa.py         a tree from the verifier's own Medusa heads (engine/medusa/), with lookup in hybrid
 config.py         DrafterConfig: the tuning every drafter is made with
 
 `make_drafter` builds the drafter of a mode (engine/modes.py names them).
@@ -15,20 +17,32 @@ from engine.drafters.base import Draft, Drafter, DraftLength
 from engine.drafters.config import DrafterConfig
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.hybrid import HybridDrafter
+from engine.drafters.medusa import MedusaDrafter
 from engine.drafters.prompt_lookup import NgramIndex, PromptLookupDrafter
+from engine.drafters.trees import TreeDraftModelDrafter, TreeHybridDrafter, TreeLookupDrafter
 from engine.errors import ModelError
 from engine.modes import check_drafter, needs_draft_model
 
 
 def make_drafter(mode: str, draft_model=None, config: DrafterConfig | None = None, *,
-                 generator=None) -> Drafter | None:
+                 generator=None, verifier=None, heads=None) -> Drafter | None:
     """The drafter for a mode name; None means plain decoding (one verifier pass per token).
 
-    'hybrid' without a draft model is prompt lookup alone (any match counts).
+    'hybrid' without a draft model is prompt lookup alone (any match counts) — or, given
+    `heads` (trained Medusa heads for `verifier`, see engine.medusa.store), the heads' tree
+    and lookup together. 'medusa' is the heads alone.
     """
     config = config or DrafterConfig()
     if check_drafter(mode) == "none":
         return None
+    if mode.endswith("-tree"):
+        return _tree_drafter(mode, draft_model, config, generator)
+    if mode == "medusa" or (mode == "hybrid" and draft_model is None and heads is not None):
+        if heads is None or verifier is None:
+            raise ModelError("drafter 'medusa' needs trained heads for the verifier; "
+                             "run quickdraft heads train --model VERIFIER, or choose --drafter lookup")
+        lookup = _tree_lookup(config) if mode == "hybrid" else None
+        return MedusaDrafter(verifier, heads.heads, heads.choices, lookup=lookup)
     if mode == "draft" and draft_model is None:
         raise ModelError("drafter 'draft' needs a draft model; pass --draft or choose --drafter lookup")
     model_drafter = None
@@ -47,7 +61,29 @@ def make_drafter(mode: str, draft_model=None, config: DrafterConfig | None = Non
     return HybridDrafter(lookup, model_drafter)
 
 
+
+def _tree_lookup(config: DrafterConfig) -> TreeLookupDrafter:
+    return TreeLookupDrafter(min_n=config.lookup_min_n, max_n=config.lookup_max_n, max_tokens=config.max_draft_tokens)
+
+
+def _tree_drafter(mode: str, draft_model, config: DrafterConfig, generator) -> Drafter:
+    if mode == "draft-tree" and draft_model is None:
+        raise ModelError("drafter 'draft-tree' needs a draft model; pass --draft or choose --drafter lookup-tree")
+    lookup = _tree_lookup(config)
+    if mode == "lookup-tree":
+        return lookup
+    model_drafter = None
+    if draft_model is not None:
+        model_drafter = TreeDraftModelDrafter(
+            draft_model, max_tokens=config.max_draft_tokens, initial_length=config.draft_initial_length,
+            confidence_threshold=config.confidence_threshold, generator=generator)
+    if mode == "draft-tree":
+        return model_drafter
+    return TreeHybridDrafter(lookup, model_drafter)
+
+
 __all__ = [
     "Draft", "DraftLength", "DraftModelDrafter", "Drafter", "DrafterConfig", "HybridDrafter",
-    "NgramIndex", "PromptLookupDrafter", "make_drafter",
+    "MedusaDrafter", "NgramIndex", "PromptLookupDrafter", "TreeDraftModelDrafter", "TreeHybridDrafter",
+    "TreeLookupDrafter", "make_drafter",
 ]

@@ -7,6 +7,7 @@ from typing import Protocol, Sequence
 
 import torch
 
+from engine.tree import TokenTree
 from engine.verify import SamplingParams
 
 
@@ -17,6 +18,9 @@ class Draft:
     # sampling transforms as the verifier's p. None: a deterministic proposal (one-hot q).
     probs: torch.Tensor | None = None
     source: str = ""
+    # Several candidates at once: `tokens` are then the tree's nodes in order, and the
+    # verifier scores them under the tree's attention mask (engine/tree.py).
+    tree: TokenTree | None = None
 
     @staticmethod
     def empty(source: str = "") -> "Draft":

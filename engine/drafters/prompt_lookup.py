@@ -12,9 +12,11 @@ from typing import Sequence
 from engine.drafters.base import Draft, DraftLength
 from engine.verify import SamplingParams
 
+SCAN_LIMIT = 64  # occurrences of one n-gram looked at when collecting several continuations
+
 
 class NgramIndex:
-    """n-gram → the position right after its most recent occurrence, for n in [min_n, max_n].
+    """n-gram → the positions right after its occurrences (oldest first), for n in [min_n, max_n].
 
     `extend` indexes only the new tokens, so growing the sequence by a few accepted
     tokens costs O(new tokens × n), not a rebuild.
@@ -23,23 +25,42 @@ class NgramIndex:
     def __init__(self, min_n: int, max_n: int) -> None:
         self.min_n, self.max_n = min_n, max_n
         self.tokens: list[int] = []
-        self.positions: dict[tuple[int, ...], int] = {}
+        self.positions: dict[tuple[int, ...], list[int]] = {}
 
     def extend(self, new_tokens: Sequence[int]) -> None:
         for token in new_tokens:
             # The n-grams ending at the current last token now have a continuation: `token`.
             end = len(self.tokens)
             for n in range(self.min_n, min(self.max_n, end) + 1):
-                self.positions[tuple(self.tokens[end - n:end])] = end
+                self.positions.setdefault(tuple(self.tokens[end - n:end]), []).append(end)
             self.tokens.append(token)
 
     def continuation(self, suffix: Sequence[int], max_tokens: int) -> tuple[int, list[int]]:
         """Longest n-gram match of `suffix`'s tail: (n, the tokens that followed it)."""
         for n in range(min(self.max_n, len(suffix)), self.min_n - 1, -1):
-            start = self.positions.get(tuple(suffix[len(suffix) - n:]))
-            if start is not None:
-                return n, self.tokens[start:start + max_tokens]
+            starts = self.positions.get(tuple(suffix[len(suffix) - n:]))
+            if starts:
+                return n, self.tokens[starts[-1]:starts[-1] + max_tokens]
         return 0, []
+
+    def continuations(self, suffix: Sequence[int], max_tokens: int, limit: int) -> list[tuple[int, list[int]]]:
+        """Up to `limit` distinct continuations as (n, tokens): longest match first, then most recent."""
+        found: list[tuple[int, list[int]]] = []
+        for n in range(min(self.max_n, len(suffix)), self.min_n - 1, -1):
+            starts = self.positions.get(tuple(suffix[len(suffix) - n:]), [])
+            for start in reversed(starts[-SCAN_LIMIT:]):  # a common token recurs often: look at the latest only
+                continuation = self.tokens[start:start + max_tokens]
+                # A continuation that extends or repeats one already found adds no branch.
+                if continuation and not any(_prefix_related(continuation, seen) for _, seen in found):
+                    found.append((n, continuation))
+                    if len(found) >= limit:
+                        return found
+        return found
+
+
+def _prefix_related(a: list[int], b: list[int]) -> bool:
+    n = min(len(a), len(b))
+    return a[:n] == b[:n]
 
 
 class PromptLookupDrafter:

@@ -1,0 +1,93 @@
+"""The `medusa` drafter: a token tree from the Medusa heads' top-k, plus prompt lookup's matches.
+
+The heads read the verifier's final hidden state at the position that produced the last
+token, which the verifier computes anyway: a forward hook on its final norm keeps the
+latest forward's output, and the drafter picks the row of the last accepted token (the
+draft is always fed last, so rows are counted from the end). Drafting then costs the
+heads' few matrix-vector products and no extra model pass.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from engine.drafters.base import Draft
+from engine.drafters.trees import TreeLookupDrafter, add_paths, tree_draft
+from engine.medusa.choices import Choice, build_tree
+from engine.medusa.heads import MedusaHeads
+from engine.verify import SamplingParams
+
+
+class HiddenTap:
+    """The verifier's final-norm output (the LM head's input) from its latest forward; one per model."""
+
+    def __init__(self, model) -> None:
+        self.last: torch.Tensor | None = None  # [rows, hidden]
+        self.handle = model.get_decoder().norm.register_forward_hook(self._keep)
+
+    def _keep(self, module, args, output) -> None:
+        self.last = output[0].detach()
+
+    @classmethod
+    def of(cls, model) -> "HiddenTap":
+        tap = getattr(model, "_quickdraft_hidden_tap", None)
+        if tap is None:
+            tap = cls(model)
+            model._quickdraft_hidden_tap = tap
+        return tap
+
+
+class MedusaDrafter:
+    name = "medusa"
+
+    def __init__(self, verifier, heads: MedusaHeads, choices: Sequence[Choice], *,
+                 lookup: TreeLookupDrafter | None = None, top_k: int = 8) -> None:
+        self.tap = HiddenTap.of(verifier)
+        weight = verifier.get_output_embeddings().weight
+        self.heads = heads.to(device=weight.device, dtype=weight.dtype).attach(weight).eval()
+        self.choices = sorted(choices, key=lambda c: (len(c), c))
+        self.top_k = max([1, *(rank + 1 for choice in self.choices for rank in choice)]) if self.choices else top_k
+        self.lookup = lookup
+        self.pending: Draft | None = None  # the last draft proposed, until the next proposal
+        self.accepted = 0
+
+    def start(self, prompt_ids: Sequence[int], context_streams: Sequence[Sequence[int]] = ()) -> None:
+        self.pending, self.accepted = None, 0
+        if self.lookup is not None:
+            self.lookup.start(prompt_ids, context_streams)
+
+    def hidden_state(self, tokens: Sequence[int]) -> torch.Tensor | None:
+        """The hidden state whose LM-head output was `tokens[-1]`, from the verifier's latest forward."""
+        rows = self.tap.last
+        if rows is None:
+            return None
+        draft = self.pending
+        if draft is None or not draft.tokens:  # after the prompt, or a pass without a draft
+            return rows[-1]
+        root_row = len(rows) - len(draft.tokens) - 1
+        accepted = list(tokens[len(tokens) - 1 - self.accepted:len(tokens) - 1]) if self.accepted else []
+        if draft.tree is not None:
+            path = draft.tree.find_path(accepted)
+            if path is None or root_row < 0:
+                return None
+            return rows[root_row + (path[-1] + 1 if path else 0)]
+        return rows[root_row + len(accepted)] if root_row >= 0 else None
+
+    def propose(self, tokens: Sequence[int], max_tokens: int, sampling: SamplingParams) -> Draft:
+        hidden = self.hidden_state(tokens)
+        self.accepted = 0
+        if hidden is None:
+            self.pending = Draft.empty(self.name)
+            return self.pending
+        candidates, _ = self.heads.top_k(hidden, self.top_k)
+        tree = build_tree(candidates, self.choices, max_tokens)
+        if self.lookup is not None:
+            found = self.lookup.candidates(tokens, min(max_tokens, self.lookup.length.value))
+            add_paths(tree, found, len(tree) + self.lookup.max_nodes)
+        self.pending = tree_draft(tree, self.name)
+        return self.pending
+
+    def observe(self, draft: Draft, accepted: int) -> None:
+        self.accepted = accepted

@@ -1,0 +1,129 @@
+"""Trained heads on disk: `$QUICKDRAFT_HOME/heads/<model>/` with heads.safetensors and manifest.json.
+
+`<model>` is the preset name, or for a model given by path a readable name plus a short
+hash of the path. `work/` beside them holds the corpus reading and the checkpoint of an
+unfinished run. The manifest records what the heads were trained for (the model and a
+fingerprint of its LM head, which is checked at load time), on what, for how long, and
+how well they did on held-out files.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import logging
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from typing import TYPE_CHECKING
+
+from engine.errors import ModelError
+from engine.models.registry import quickdraft_home
+
+if TYPE_CHECKING:  # torch is imported only to save or load heads: `models list` stays quick
+    from engine.medusa.heads import MedusaHeads
+
+log = logging.getLogger(__name__)
+
+WEIGHTS, MANIFEST = "heads.safetensors", "manifest.json"
+
+
+def heads_key(model_name: str) -> str:
+    """A folder name for a model spec: the preset name as is, a path as `<basename>-<hash>`."""
+    if re.fullmatch(r"[\w.-]+", model_name):
+        return model_name
+    resolved = str(Path(model_name).expanduser().resolve())
+    base = re.sub(r"[^\w.-]+", "_", Path(resolved).name or "model")
+    return f"{base}-{hashlib.sha256(resolved.encode()).hexdigest()[:8]}"
+
+
+def heads_dir(model_name: str, home: Path | None = None) -> Path:
+    return (home or quickdraft_home()) / "heads" / heads_key(model_name)
+
+
+def save_heads(folder: Path, heads: "MedusaHeads", manifest: dict) -> Path:
+    """Write weights and manifest; the manifest goes last, so its presence means complete."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / MANIFEST).unlink(missing_ok=True)
+    tensors = {name: value.detach().float().cpu().contiguous() for name, value in heads.state_dict().items()}
+    tensors["vocab_ids"] = heads.vocab_ids.cpu()
+    save_file(tensors, str(folder / WEIGHTS))
+    manifest = {**manifest, "num_heads": heads.num_heads, "hidden_size": heads.hidden_size,
+                "vocab_size": len(heads.vocab_ids), "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    tmp = folder / (MANIFEST + ".partial")
+    tmp.write_text(json.dumps(manifest, indent=2))
+    tmp.replace(folder / MANIFEST)
+    return folder
+
+
+def read_manifest(folder: Path) -> dict | None:
+    try:
+        return json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class LoadedHeads:
+    heads: "MedusaHeads"
+    manifest: dict
+    folder: Path
+
+    @property
+    def choices(self) -> list[tuple[int, ...]]:
+        return [tuple(choice) for choice in self.manifest.get("choices", [])]
+
+
+def load_heads(folder: Path, model) -> LoadedHeads:
+    """Heads from `folder`, attached to `model`'s LM head; refuses heads trained for another model."""
+    from safetensors.torch import load_file
+
+    from engine.medusa.heads import MedusaHeads, fingerprint
+
+    manifest = read_manifest(folder)
+    if manifest is None:
+        raise ModelError(f"no trained heads in {folder}; run quickdraft heads train --model MODEL")
+    weight = model.get_output_embeddings().weight
+    if manifest.get("fingerprint") != fingerprint(weight):
+        raise ModelError(f"the heads in {folder} were trained for another model ({manifest.get('model')}); "
+                         f"train heads for this one with quickdraft heads train")
+    tensors = load_file(str(folder / WEIGHTS))
+    heads = MedusaHeads(manifest["hidden_size"], manifest["num_heads"], tensors.pop("vocab_ids"))
+    heads.load_state_dict({**tensors, "vocab_ids": heads.vocab_ids})
+    return LoadedHeads(heads.to(device=weight.device, dtype=weight.dtype).attach(weight).eval(), manifest, folder)
+
+
+def find_heads(model_name: str, model, home: Path | None = None) -> LoadedHeads | None:
+    """The trained heads for `model_name`, if any (a mismatched or broken set is skipped with a warning)."""
+    folder = heads_dir(model_name, home)
+    if read_manifest(folder) is None:
+        return None
+    try:
+        return load_heads(folder, model)
+    except (ModelError, OSError, KeyError, RuntimeError) as error:
+        log.warning("ignoring Medusa heads in %s: %s", folder, error)
+        return None
+
+
+def list_heads(home: Path | None = None) -> list[dict]:
+    """Every complete set of heads: its folder and manifest."""
+    root = (home or quickdraft_home()) / "heads"
+    found = []
+    for folder in sorted(root.iterdir()) if root.is_dir() else ():
+        manifest = read_manifest(folder)
+        if manifest is not None:
+            found.append({"folder": str(folder), **manifest})
+    return found
+
+
+def remove_heads(model_name: str, home: Path | None = None) -> bool:
+    folder = heads_dir(model_name, home)
+    if not folder.exists():
+        return False
+    shutil.rmtree(folder)
+    return True
