@@ -80,7 +80,19 @@ def _list(args: argparse.Namespace) -> int:
               f"{info.dtype or '-':<9} {info.source or '-':<6} {', '.join(info.roles) or '-':<18} {path}")
     for pair, members in presets.PAIRS.items():
         print(f"{pair} = {members['verifier']} (verifier) + {members['draft']} (draft)")
+    _list_heads()
     return 0
+
+
+def _list_heads() -> None:
+    from engine.medusa.store import list_heads
+    from lsp_server.cli.heads import heads_line
+
+    found = list_heads()
+    if found:
+        print("Medusa heads (drafter medusa, and hybrid without a draft model):")
+        for entry in found:
+            print(f"  {heads_line(entry)}")
 
 
 def _verify(args: argparse.Namespace) -> int:
