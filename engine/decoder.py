@@ -24,6 +24,7 @@ from engine.errors import PromptError
 from engine.kv import PREFILL_CHUNK, KVCache, PassCancelled
 from engine.stats import DecodeStats
 from engine.text_stream import TextStream
+from engine.tree_kv import verify_tree
 from engine.verify import SamplingParams, accept
 
 log = logging.getLogger(__name__)
@@ -105,11 +106,12 @@ class SpeculativeDecoder:
         while stop is None:
             t0 = time.monotonic()
             try:
-                n, token, draft = self.speculative_step(tokens, output, config, generator, should_stop, stats)
+                kept, token, draft = self.speculative_step(tokens, output, config, generator, should_stop, stats)
             except PassCancelled:
                 stop = StopReason.CANCELLED
                 break
-            new = [*draft.tokens[:n], token]
+            n = len(kept)
+            new = [*kept, token]
             ends = [i for i, t in enumerate(new) if t in config.eos_token_ids]
             if ends:
                 new, stop = new[: ends[0] + 1], StopReason.EOS
@@ -147,8 +149,8 @@ class SpeculativeDecoder:
         return self._result(output, stream, stop, stats, started)
 
     def speculative_step(self, tokens: list[int], output: list[int], config: GenerationConfig,
-                         generator: torch.Generator | None, should_stop, stats: DecodeStats) -> tuple[int, int, Draft]:
-        """One verifier pass over what the cache lacks of `tokens` plus a draft: (accepted, next token, draft)."""
+                         generator: torch.Generator | None, should_stop, stats: DecodeStats) -> tuple[list[int], int, Draft]:
+        """One verifier pass over what the cache lacks of `tokens` plus a draft: (accepted drafts, next token, draft)."""
         t0 = time.monotonic()
         remaining = config.max_new_tokens - len(output)
         draft = Draft.empty()
@@ -156,16 +158,25 @@ class SpeculativeDecoder:
             limit = min(config.max_draft_tokens, remaining - 1)
             draft = self.drafter.propose(tokens, limit, config.sampling)
             draft.tokens = draft.tokens[:limit]
+            if draft.tree is not None:  # several candidates, limited in depth rather than count
+                constrained = config.constraint is not None and config.constraint.allowed(output) is not None
+                draft.tree = None if constrained else draft.tree.pruned(limit)  # constraints check chains
+                draft.tokens = list(draft.tree.tokens) if draft.tree is not None else []
         t1 = time.monotonic()
         pending = tokens[len(self.kv):]
-        logits = self.kv.forward([*pending, *draft.tokens], logits_for=len(draft.tokens) + 1, should_stop=should_stop)
-        if config.constraint is not None:
-            logits = constrain(logits, config.constraint, output, draft.tokens)
-        n, token = accept(draft.tokens, draft.probs, logits, config.sampling, generator)
-        self.kv.crop(len(tokens) + n)
+        if draft.tree is not None:  # one pass under the tree's mask; the cache keeps the accepted path
+            kept, token = verify_tree(self.kv, pending, draft.tree, config.sampling, generator, should_stop)
+        else:
+            logits = self.kv.forward([*pending, *draft.tokens], logits_for=len(draft.tokens) + 1,
+                                     should_stop=should_stop)
+            if config.constraint is not None:
+                logits = constrain(logits, config.constraint, output, draft.tokens)
+            n, token = accept(draft.tokens, draft.probs, logits, config.sampling, generator)
+            self.kv.crop(len(tokens) + n)
+            kept = draft.tokens[:n]
         stats.draft_ms += (t1 - t0) * 1000
         stats.verify_ms += (time.monotonic() - t1) * 1000
-        return n, token, draft
+        return kept, token, draft
 
     def _prefill(self, tokens: list[int], config: GenerationConfig, should_stop, stats: DecodeStats) -> StopReason | None:
         """Feed, in cancellable chunks, all the prompt the cache lacks but its last chunk, which

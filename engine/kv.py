@@ -81,17 +81,18 @@ class KVCache:
 
     @torch.inference_mode()
     def forward(self, new_tokens: list[int], *, logits_for: int | None = None,
-                should_stop: ShouldStop | None = None) -> torch.Tensor:
+                should_stop: ShouldStop | None = None, **tree_inputs: torch.Tensor) -> torch.Tensor:
         """Append `new_tokens`; return logits (float32) for the last `logits_for` of them (default all).
 
         Raises PassCancelled, with the cache unchanged, when `should_stop` turns true between layers.
+        `tree_inputs` (attention_mask, position_ids) feed a token tree: see engine/tree_kv.py.
         """
         keep = len(new_tokens) if logits_for is None else logits_for
         input_ids = torch.tensor([new_tokens], dtype=torch.long, device=self.device)
         self.checkpoints.should_stop = should_stop
         try:
             output = self.model(input_ids=input_ids, cache=self.cache, use_cache=True,
-                                logits_to_keep=keep)
+                                logits_to_keep=keep, **tree_inputs)
         except PassCancelled:
             self._crop_layers(len(self.tokens))
             raise

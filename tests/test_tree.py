@@ -40,14 +40,15 @@ def random_tree(rng: random.Random, truth: list[int], kind: str, vocab: int) -> 
     return tree
 
 
-def tree_decode(verifier, prompt: list[int], max_new: int, make_tree, params=SamplingParams(), generator=None):
-    """The speculative loop with a tree per pass (the decoder's tree path, spelled out)."""
+def tree_decode(verifier, prompt: list[int], max_new: int, make_tree, params=SamplingParams(), generator=None,
+                uncached: int = 1):
+    """The speculative loop with a tree per pass (the decoder's tree path, spelled out): the first
+    pass feeds the prompt's last `uncached` tokens with the tree, later ones the last token."""
     kv = KVCache(verifier)
-    first, _ = kv.prefill(prompt)
-    p = probs_from_logits(first[None], params)[0] if not params.greedy else None
-    tokens = prompt + [int(first.argmax()) if params.greedy else sample(p, generator)]
+    tokens = list(prompt)
+    kv.feed_until(tokens, max(0, len(tokens) - uncached))
     while len(tokens) - len(prompt) < max_new:
-        accepted, token = verify_tree(kv, tokens[-1], make_tree(tokens), params, generator)
+        accepted, token = verify_tree(kv, tokens[len(kv):], make_tree(tokens), params, generator)
         tokens += [*accepted, token]
         assert kv.tokens == tokens[:-1]
     return tokens[len(prompt):len(prompt) + max_new], kv
@@ -59,8 +60,9 @@ def tree_decode(verifier, prompt: list[int], max_new: int, make_tree, params=Sam
     kind=st.sampled_from(["random", "with_truth", "all_wrong"]),
     seed=st.integers(0, 1 << 16),
     max_new=st.integers(1, 20),
+    uncached=st.integers(1, 6),
 )
-def test_greedy_tree_verification_equals_greedy_decoding(verifier, prompt, kind, seed, max_new):
+def test_greedy_tree_verification_equals_greedy_decoding(verifier, prompt, kind, seed, max_new, uncached):
     expected = reference(verifier, prompt, max_new + 12, None)
     rng = random.Random(seed)
 
@@ -68,7 +70,7 @@ def test_greedy_tree_verification_equals_greedy_decoding(verifier, prompt, kind,
         done = len(tokens) - len(prompt)
         return random_tree(rng, expected[done:done + 6], kind, TINY_VOCAB)
 
-    output, _ = tree_decode(verifier, prompt, max_new, make_tree)
+    output, _ = tree_decode(verifier, prompt, max_new, make_tree, uncached=uncached)
     assert output == expected[:max_new]
 
 
@@ -76,13 +78,13 @@ def test_all_wrong_trees_accept_nothing(verifier):
     prompt = [5, 9, 2, 7]
     expected = reference(verifier, prompt, 8, None)
     kv = KVCache(verifier)
-    kv.prefill(prompt)
+    kv.feed_until(prompt, len(prompt) - 2)
     tree = TokenTree()
     for t in range(TINY_VOCAB):
         if t != expected[1]:
             tree.add_path([t, expected[2]])
-    accepted, token = verify_tree(kv, expected[0], tree, SamplingParams(), None)
-    assert accepted == [] and token == expected[1]
+    accepted, token = verify_tree(kv, [*prompt[-2:], expected[0]], tree, SamplingParams(), None)
+    assert accepted == [] and token == expected[1] and kv.tokens == [*prompt, expected[0]]
 
 
 def assert_states_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
@@ -100,7 +102,7 @@ def test_compacted_cache_equals_the_cache_of_the_accepted_path(verifier):
         done = len(tokens) - len(prompt)
         return random_tree(rng, expected[done:done + 5], "with_truth", TINY_VOCAB)
 
-    output, kv = tree_decode(verifier, prompt, 24, make_tree)
+    output, kv = tree_decode(verifier, prompt, 24, make_tree, uncached=3)
     fresh = KVCache(verifier)
     fresh.forward(kv.tokens)
     assert kv.cache.get_seq_length() == len(kv.tokens) == fresh.cache.get_seq_length()
@@ -116,6 +118,10 @@ def test_mask_and_positions_follow_the_tree():
     tree = TokenTree([10, 11, 12, 13, 14], [-1, 0, -1, 2, 2])
     assert tree.depths() == [1, 2, 1, 2, 2]
     assert tree_position_ids(tree, 5, "cpu").tolist() == [[5, 6, 7, 6, 7, 7]]
+    assert tree_position_ids(tree, 5, "cpu", pending=3).tolist() == [[5, 6, 7, 8, 9, 8, 9, 9]]
+    with_pending = tree_attention_mask(tree, 2, torch.float32, "cpu", pending=2)[0, 0] == 0
+    assert with_pending[0, 2:].tolist() == [True] + [False] * 6  # pending rows are causal
+    assert with_pending[6, 2:].tolist() == [True, True, False, False, True, False, True]  # e: pending, c, itself
     mask = tree_attention_mask(tree, 2, torch.float32, "cpu")[0, 0] == 0
     assert mask.shape == (6, 8)
     assert mask[:, :2].all()  # every row sees the cache
