@@ -8,6 +8,7 @@ prefix. It is not thread-safe: callers (the LSP scheduler) run it on a single wo
 from __future__ import annotations
 
 import copy
+import logging
 import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -20,6 +21,7 @@ from engine.decoder import GenerationConfig, GenerationResult, SpeculativeDecode
 from engine.drafters import DrafterConfig, make_drafter
 from engine.errors import ModelError, PromptError
 from engine.fim import FimTemplate, detect_fim_template
+from engine.medusa.store import find_heads
 from engine.models.loading import LoadedModel, check_pair, load_model
 from engine.modes import check_drafter, needs_draft_model
 from engine.postprocess import postprocess, stop_strings_for
@@ -27,6 +29,8 @@ from engine.prompt import ContextBudget, build_prompt, encode_middle
 from engine.stats import DecodeStats
 from engine.syntax import decide_multiline, language_from
 from engine.verify import SamplingParams
+
+log = logging.getLogger(__name__)
 
 LOOKUP_DOCUMENT_CHARS = 32_000  # of each other document, tokenized for prompt lookup only
 # A CPU prefills roughly 100 tokens a second with a 0.5B model (no AMX): keep prompts short
@@ -88,6 +92,7 @@ class CompletionEngine:
         self.default_budget = context_budget or ContextBudget()
         self.context_budget = self.default_budget
         self.decoder = SpeculativeDecoder(verifier.model, None, self.tokenizer)
+        self.heads = find_heads(verifier.name, verifier.model)  # trained Medusa heads, if any
         self.drafter_mode = ""
         self.set_drafter(drafter)
         self._template: FimTemplate | None = None
@@ -122,13 +127,20 @@ class CompletionEngine:
                    context_budget=budget)
 
     def set_drafter(self, mode: str) -> None:
-        """Switch drafting mode; 'draft'/'hybrid' fall back to 'lookup' without a draft model."""
-        if needs_draft_model(check_drafter(mode)) and self.draft is None:
+        """Switch drafting mode. Without a draft model 'draft' falls back to 'lookup' and 'hybrid'
+        to the heads with lookup (or lookup alone); 'medusa' without heads falls back to 'lookup'."""
+        tree = "-tree" if check_drafter(mode).endswith("-tree") else ""
+        if needs_draft_model(mode) and self.draft is None and not (mode == "hybrid" and self.heads is not None):
+            mode = "lookup" + tree
+        if mode == "medusa" and self.heads is None:
+            log.warning("no Medusa heads for %s (run quickdraft heads train --model %s): using lookup",
+                        self.verifier.name, self.verifier.name)
             mode = "lookup"
         if mode != self.drafter_mode:
             draft_model = self.draft.model if self.draft is not None else None
             config = DrafterConfig(max_draft_tokens=self.max_draft_tokens)
-            self.decoder.drafter = make_drafter(mode, draft_model, config)
+            self.decoder.drafter = make_drafter(mode, draft_model, config, verifier=self.verifier.model,
+                                                heads=self.heads)
             self.drafter_mode = mode
 
     @property

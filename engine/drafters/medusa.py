@@ -4,7 +4,8 @@ The heads read the verifier's final hidden state at the position that produced t
 token, which the verifier computes anyway: a forward hook on its final norm keeps the
 latest forward's output, and the drafter picks the row of the last accepted token (the
 draft is always fed last, so rows are counted from the end). Drafting then costs the
-heads' few matrix-vector products and no extra model pass.
+heads' few matrix-vector products and no extra model pass. A request's first pass has no
+such state yet (it feeds the prompt's tail), so it goes without a draft.
 """
 
 from __future__ import annotations
@@ -60,11 +61,10 @@ class MedusaDrafter:
 
     def hidden_state(self, tokens: Sequence[int]) -> torch.Tensor | None:
         """The hidden state whose LM-head output was `tokens[-1]`, from the verifier's latest forward."""
-        rows = self.tap.last
-        if rows is None:
+        rows, draft = self.tap.last, self.pending
+        if rows is None or draft is None:  # a request's first pass feeds the prompt's tail itself
             return None
-        draft = self.pending
-        if draft is None or not draft.tokens:  # after the prompt, or a pass without a draft
+        if not draft.tokens:  # the last pass had no draft: its last row
             return rows[-1]
         root_row = len(rows) - len(draft.tokens) - 1
         accepted = list(tokens[len(tokens) - 1 - self.accepted:len(tokens) - 1]) if self.accepted else []

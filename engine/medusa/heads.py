@@ -64,8 +64,9 @@ class MedusaHeads(nn.Module):
 
 
 def fingerprint(lm_head_weight: torch.Tensor) -> str:
-    """A short hash of the LM head (shape and a strided sample of its values, as float32)."""
-    weight = lm_head_weight.detach().float().cpu()
+    """A short hash of the LM head: its shape and a strided sample of its values, rounded to
+    bfloat16 so that the same model loaded in bf16 or fp32 has one fingerprint."""
+    weight = lm_head_weight.detach().to(torch.bfloat16).float().cpu()
     sample = weight.flatten()[:: max(1, weight.numel() // 65536)]
     digest = hashlib.sha256(str(tuple(weight.shape)).encode())
     digest.update(sample.numpy().tobytes())

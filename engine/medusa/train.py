@@ -176,11 +176,11 @@ def train_heads(heads: MedusaHeads, train: Shard, held: Shard, vocab: int, confi
         optimizer.step()
         state["step"] = step + 1
         if state["step"] % 50 == 0 or state["step"] == config.steps:
-            state["log"].append({"step": state["step"], "loss": round(float(loss), 4)})
+            state["log"].append({"step": state["step"], "loss": round(float(loss.detach()), 4)})
             if checkpoint is not None:
                 _save_checkpoint(checkpoint, heads, optimizer, state, config)
         if on_step is not None:
-            on_step(state["step"], float(loss))
+            on_step(state["step"], float(loss.detach()))
     heads.eval()
     after = evaluate(heads, held, held_targets)
     choices = tune_choices(after.accuracy, config.tree_nodes)
