@@ -8,7 +8,10 @@ decodes the same prompt token ids, greedily, up to `max_new_tokens` or EOS:
 - ``hf-prompt-lookup``: `generate(prompt_lookup_num_tokens=N)`;
 - ``quickdraft-lookup`` / ``-draft`` / ``-hybrid``: our `SpeculativeDecoder` with that drafter;
 - ``quickdraft-none`` (optional): our decoder without drafts, to separate loop overhead
-  from speculation.
+  from speculation;
+- ``quickdraft-lookup-tree`` / ``-draft-tree`` / ``-hybrid-tree`` / ``-medusa`` (optional):
+  token trees, and the verifier's trained Medusa heads (``quickdraft heads train``); without
+  a draft model, ``quickdraft-hybrid`` runs the heads with lookup when there are heads.
 
 Fairness: modes run interleaved (the order rotates per prompt) after one warm-up round,
 and every run starts cold: a fresh `SpeculativeDecoder` and drafter (empty KV caches) per
@@ -40,12 +43,13 @@ log = logging.getLogger(__name__)
 HF_MODES = ("hf-greedy", "hf-assisted", "hf-prompt-lookup")
 QD_MODES = ("quickdraft-lookup", "quickdraft-draft", "quickdraft-hybrid")
 DEFAULT_MODES = HF_MODES + QD_MODES
-ALL_MODES = DEFAULT_MODES + ("quickdraft-none",)
+TREE_MODES = ("quickdraft-lookup-tree", "quickdraft-draft-tree", "quickdraft-hybrid-tree", "quickdraft-medusa")
+ALL_MODES = DEFAULT_MODES + ("quickdraft-none",) + TREE_MODES
 TUNED = "+tuned"  # "quickdraft-hybrid+tuned": the same drafter with EngineBenchConfig.tuned, side by side
 
 
 def valid_mode(mode: str) -> bool:
-    return mode in ALL_MODES or (mode.endswith(TUNED) and mode.removesuffix(TUNED) in QD_MODES)
+    return mode in ALL_MODES or (mode.endswith(TUNED) and mode.removesuffix(TUNED) in QD_MODES + TREE_MODES)
 
 
 def mode_needs_draft_model(mode: str) -> bool:
@@ -89,9 +93,21 @@ class EngineBench:
         self.template = helper.template
         self.stop_ids = helper.stop_token_ids(self.template.stop_tokens)
         self.eos_ids = self.stop_ids if config.stop_at_eos else []
-        self.modes = [m for m in config.modes if draft is not None or not mode_needs_draft_model(m)]
+        from engine.medusa.store import find_heads
+
+        self.heads = find_heads(verifier.name, verifier.model)  # the verifier's Medusa heads, if trained
+
+        def runnable(mode: str) -> bool:
+            base = mode.removesuffix(TUNED)
+            if base == "quickdraft-medusa":
+                return self.heads is not None
+            heads_stand_in = base == "quickdraft-hybrid" and self.heads is not None  # heads + lookup
+            return draft is not None or heads_stand_in or not mode_needs_draft_model(mode)
+
+        self.modes = [m for m in config.modes if runnable(m)]
         if len(self.modes) < len(config.modes):
-            log.warning("no draft model: skipping %s", ", ".join(sorted(set(config.modes) - set(self.modes))))
+            log.warning("no draft model or no Medusa heads: skipping %s",
+                        ", ".join(sorted(set(config.modes) - set(self.modes))))
 
     # -- prompts ----------------------------------------------------------------------
     def prompt(self, hole: Hole) -> Prompt:

@@ -179,7 +179,7 @@ def run_quickdraft(bench: EngineBench, mode: str, prompt: Prompt, max_new_tokens
 
     name, drafter_config = bench.drafter_for(mode)
     draft_model = bench.draft.model if bench.draft is not None else None
-    drafter = make_drafter(name, draft_model, drafter_config)
+    drafter = make_drafter(name, draft_model, drafter_config, verifier=bench.verifier.model, heads=bench.heads)
     decoder = SpeculativeDecoder(bench.verifier.model, drafter, bench.tokenizer)
     # The prompt in one forward, as HF's generate reads it: in bf16 a chunked prefill rounds
     # differently, and the first token would already differ for reasons unrelated to decoding.

@@ -29,7 +29,8 @@ def add_parsers(sub) -> None:
     engine.add_argument("--holes", type=int, help="FIM prompts (default 6; --quick 3)")
     engine.add_argument("--max-new-tokens", type=int, help="tokens per completion (default 64; --quick 32)")
     engine.add_argument("--modes", help="comma-separated; default: hf-greedy,hf-assisted,hf-prompt-lookup,"
-                                        "quickdraft-lookup,quickdraft-draft,quickdraft-hybrid (quickdraft-none also exists)")
+                                        "quickdraft-lookup,quickdraft-draft,quickdraft-hybrid (also: quickdraft-none, token trees "
+                                        "quickdraft-lookup-tree,-draft-tree,-hybrid-tree, and quickdraft-medusa)")
     engine.add_argument("--repeats", type=int, default=1, help="runs per prompt and mode; the median time counts")
     engine.add_argument("--no-warmup", action="store_true", help="skip the warm-up round")
     engine.add_argument("--prefix-tokens", type=int, help="prompt budget before the cursor (default 1024; --quick 512)")
