@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.errors import ModelError
-from engine.models.registry import quickdraft_home
+from engine.models.store import quickdraft_home
 
 if TYPE_CHECKING:  # torch is imported only to save or load heads: `models list` stays quick
     from engine.medusa.heads import MedusaHeads
