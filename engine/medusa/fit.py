@@ -92,6 +92,7 @@ def fit_heads(model, tokenizer, model_name: str, *, corpus: Sequence[str | Path]
                    "held_out_files": len(held_files), "tokens": int(len(train_shard.window_ids)),
                    "held_out_tokens": int(len(held_shard.window_ids))},
         "steps": result.steps,
+        "best_step": result.best_step,
         "config": config.key(),
         "held_out": {"before": result.before.to_json(), "after": result.after.to_json(),
                      "expected_tau": round(result.expected_tau, 3)},

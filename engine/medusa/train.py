@@ -8,7 +8,6 @@ same settings picks up where the last one stopped.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -25,6 +24,7 @@ from engine.medusa.heads import MedusaHeads
 log = logging.getLogger(__name__)
 
 RANKS = 8  # candidates per head measured on held-out data (the tree's widest level)
+EVAL_EVERY = 50  # steps between held-out evaluations (and checkpoints)
 
 
 @dataclass
@@ -66,6 +66,7 @@ class TrainResult:
     steps: int
     seconds: float
     log: list[dict] = field(default_factory=list)
+    best_step: int = 0  # the step whose heads were kept (lowest held-out loss)
 
 
 def choose_vocabulary(shard: Shard, size: int, vocab: int) -> torch.Tensor:
@@ -148,7 +149,7 @@ def train_heads(heads: MedusaHeads, train: Shard, held: Shard, vocab: int, confi
     train_targets = Targets(train, heads.vocab_ids, vocab, heads.num_heads)
     held_targets = Targets(held, heads.vocab_ids, vocab, heads.num_heads)
     optimizer = torch.optim.AdamW([p for p in heads.parameters() if p.requires_grad],
-                                  lr=config.learning_rate, weight_decay=0.0)
+                                  lr=config.learning_rate, weight_decay=0.01)
     state = {"step": 0, "before": None, "log": []}
     if checkpoint is not None and checkpoint.exists():
         saved = torch.load(checkpoint, weights_only=False)
@@ -175,18 +176,30 @@ def train_heads(heads: MedusaHeads, train: Shard, held: Shard, vocab: int, confi
         loss.backward()
         optimizer.step()
         state["step"] = step + 1
-        if state["step"] % 50 == 0 or state["step"] == config.steps:
-            state["log"].append({"step": state["step"], "loss": round(float(loss.detach()), 4)})
+        if state["step"] % EVAL_EVERY == 0 or state["step"] == config.steps:
+            _keep_if_best(state, heads, held, held_targets, float(loss.detach()))
             if checkpoint is not None:
                 _save_checkpoint(checkpoint, heads, optimizer, state, config)
         if on_step is not None:
             on_step(state["step"], float(loss.detach()))
+    if state.get("best") is not None:  # a small corpus overfits: keep the heads that did best on held-out files
+        heads.load_state_dict(state["best"]["heads"])
     heads.eval()
     after = evaluate(heads, held, held_targets)
     choices = tune_choices(after.accuracy, config.tree_nodes)
     return TrainResult(heads, Evaluation(**state["before"]), after, choices,
                        expected_length(after.accuracy, choices), state["step"],
-                       time.monotonic() - started, state["log"])
+                       time.monotonic() - started, state["log"], (state.get("best") or {}).get("step", state["step"]))
+
+
+def _keep_if_best(state: dict, heads: MedusaHeads, held: Shard, targets: Targets, train_loss: float) -> None:
+    held_loss = sum(evaluate(heads, held, targets).loss) / heads.num_heads
+    heads.train()
+    state["log"].append({"step": state["step"], "loss": round(train_loss, 4), "held_out_loss": round(held_loss, 4)})
+    best = state.get("best")
+    if best is None or held_loss < best["loss"]:
+        state["best"] = {"loss": held_loss, "step": state["step"],
+                         "heads": {k: v.detach().clone() for k, v in heads.state_dict().items()}}
 
 
 def _save_checkpoint(path: Path, heads, optimizer, state: dict, config: TrainConfig) -> None:
@@ -195,7 +208,3 @@ def _save_checkpoint(path: Path, heads, optimizer, state: dict, config: TrainCon
                 "config": config.key()}, tmp)
     tmp.replace(path)
 
-
-def summary(result: TrainResult) -> str:
-    return json.dumps({"before": result.before.to_json(), "after": result.after.to_json(),
-                       "expected_tau": round(result.expected_tau, 3)})
