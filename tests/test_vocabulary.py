@@ -19,15 +19,16 @@ from lsp_server.telemetry import Telemetry
 
 
 def test_drafter_modes_and_which_need_a_draft_model():
-    assert [mode for mode in DRAFTER_MODES if needs_draft_model(mode)] == ["hybrid", "draft"]
+    assert [mode for mode in DRAFTER_MODES if needs_draft_model(mode)] == ["hybrid", "draft", "hybrid-tree", "draft-tree"]
     assert check_drafter("lookup") == "lookup"
 
 
 def test_an_unknown_drafter_is_one_error_everywhere():
-    with pytest.raises(ConfigError, match="unknown drafter 'medusa'; choose one of hybrid, lookup, draft, none"):
-        check_drafter("medusa")
-    with pytest.raises(ConfigError, match="unknown drafter 'medusa'"):
-        make_drafter("medusa")
+    with pytest.raises(ConfigError, match="unknown drafter 'telepathy'; choose one of hybrid, lookup, draft, medusa, "
+                                          "hybrid-tree, lookup-tree, draft-tree, none"):
+        check_drafter("telepathy")
+    with pytest.raises(ConfigError, match="unknown drafter 'telepathy'"):
+        make_drafter("telepathy")
     assert isinstance(ConfigError("x"), ValueError)  # callers that caught ValueError still do
 
 
@@ -38,12 +39,15 @@ def test_multiline_policies():
 
 
 def test_settings_accept_only_known_modes_and_policies():
-    settings = apply_client_settings(Settings(), {"drafter": "medusa", "multiline": "sometimes"})
+    settings = apply_client_settings(Settings(), {"drafter": "telepathy", "multiline": "sometimes"})
     assert settings.drafter == "hybrid" and settings.multiline == "auto"  # logged and ignored
     settings = apply_client_settings(Settings(), {"drafter": "lookup", "multiline": "never"})
     assert settings.drafter == "lookup" and settings.multiline == "never"
     assert Settings(draft="x", drafter="lookup").model_key()[1] == "none"  # lookup loads no draft model
     assert Settings(draft="x", drafter="hybrid").model_key()[1] == "x"
+    assert apply_client_settings(Settings(), {"drafter": "medusa"}).drafter == "medusa"
+    assert Settings(draft="x", drafter="medusa").model_key()[1] == "none"  # the heads need no draft model
+    assert Settings(draft="x", drafter="hybrid-tree").model_key()[1] == "x"
 
 
 def test_percentile_is_nearest_rank():
