@@ -72,8 +72,12 @@ def test_switching_drafters(engine):
     assert engine.generate("a = 1\n", max_new_tokens=3).stats.drafted == 0
     engine.set_drafter("hybrid")  # no draft model: falls back to lookup
     assert engine.drafter_mode == "lookup"
-    with pytest.raises(ConfigError, match="unknown drafter 'medusa'"):
-        engine.set_drafter("medusa")
+    with pytest.raises(ConfigError, match="unknown drafter 'telepathy'"):
+        engine.set_drafter("telepathy")
+    engine.set_drafter("medusa")  # no trained heads for this model: falls back to lookup
+    assert engine.drafter_mode == "lookup"
+    engine.set_drafter("hybrid-tree")  # no draft model: lookup's tree
+    assert engine.drafter_mode == "lookup-tree"
 
 
 def test_empty_prompt_is_refused(engine):
