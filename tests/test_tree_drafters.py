@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.decoder import GenerationConfig, SpeculativeDecoder
-from engine.drafters import make_drafter
+from engine.drafters import DrafterConfig, make_drafter
 from engine.drafters.prompt_lookup import NgramIndex
 from engine.drafters.trees import TreeLookupDrafter
 from engine.errors import ModelError
@@ -46,7 +46,7 @@ def random_heads(verifier, seed: int, num_heads: int = 3) -> LoadedHeads:
 def test_tree_drafters_keep_greedy_output_exact(verifier, draft_models, prompt, mode, draft_kind, k, max_new_tokens, eos):
     heads = random_heads(verifier, seed=len(prompt)) if mode in ("medusa", "hybrid") else None
     draft_model = None if mode in ("medusa", "hybrid") else draft_models[draft_kind]
-    drafter = make_drafter(mode, draft_model, max_draft_tokens=k, verifier=verifier, heads=heads)
+    drafter = make_drafter(mode, draft_model, DrafterConfig(max_draft_tokens=k), verifier=verifier, heads=heads)
     config = GenerationConfig(max_new_tokens=max_new_tokens, max_draft_tokens=k,
                               eos_token_ids=[eos] if eos is not None else [])
     result = SpeculativeDecoder(verifier, drafter).generate(prompt, config)
@@ -68,7 +68,7 @@ def test_lookup_tree_offers_every_recent_continuation():
 
 
 def test_identical_draft_tree_accepts_its_main_chain(verifier):
-    decoder = SpeculativeDecoder(verifier, make_drafter("draft-tree", verifier, max_draft_tokens=4))
+    decoder = SpeculativeDecoder(verifier, make_drafter("draft-tree", verifier, DrafterConfig(max_draft_tokens=4)))
     result = decoder.generate([1, 2, 3, 4, 5], GenerationConfig(max_new_tokens=30, max_draft_tokens=4))
     assert result.token_ids == reference(verifier, [1, 2, 3, 4, 5], 30, None)
     assert result.stats.tau > 2.0
@@ -79,7 +79,7 @@ def test_sampling_with_tree_drafters_stays_valid(verifier, draft_models):
     heads = random_heads(verifier, seed=0)
     for mode in ("lookup-tree", "draft-tree", "hybrid-tree", "medusa", "hybrid"):
         draft_model = None if mode in ("medusa", "hybrid") else draft_models["noisy"]
-        drafter = make_drafter(mode, draft_model, max_draft_tokens=4, verifier=verifier, heads=heads)
+        drafter = make_drafter(mode, draft_model, DrafterConfig(max_draft_tokens=4), verifier=verifier, heads=heads)
         config = GenerationConfig(max_new_tokens=16, sampling=SamplingParams(temperature=0.8), seed=3)
         result = SpeculativeDecoder(verifier, drafter).generate([1, 2, 3, 1, 2, 3, 1, 2], config)
         assert len(result.token_ids) == 16 and all(0 <= t < TINY_VOCAB for t in result.token_ids)
