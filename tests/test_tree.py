@@ -21,7 +21,7 @@ from engine.verify import SamplingParams, probs_from_logits, sample
 
 from test_decoder_exact import reference
 from test_sampling_exact import ALPHA, SAMPLES, VOCAB, exact_distribution, goodness_of_fit
-from tiny_models import TINY_VOCAB, noisy_copy
+from support.tiny_models import TINY_VOCAB, noisy_copy
 
 
 def random_tree(rng: random.Random, truth: list[int], kind: str, vocab: int) -> TokenTree:

@@ -21,7 +21,7 @@ from engine.medusa.store import LoadedHeads
 from engine.verify import SamplingParams
 
 from test_decoder_exact import prompts, reference
-from tiny_models import TINY_VOCAB
+from support.tiny_models import TINY_VOCAB
 
 
 def random_heads(verifier, seed: int, num_heads: int = 3) -> LoadedHeads:
