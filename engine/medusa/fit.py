@@ -41,15 +41,17 @@ def fit_heads(model, tokenizer, model_name: str, *, corpus: Sequence[str | Path]
     torch.manual_seed(config.seed)
     folder = heads_dir(model_name, home)
     work = folder / "work"
-    settings = {"config": config.key(), "corpus": [str(Path(p).resolve()) for p in corpus],
-                "fingerprint": fingerprint(model.get_output_embeddings().weight)}
+    # What the corpus reading depends on: a run that changes only the training keeps the shards.
+    reading = {"corpus": [str(Path(p).resolve()) for p in corpus], "window": config.window,
+               "max_tokens": config.max_tokens, "fingerprint": fingerprint(model.get_output_embeddings().weight)}
+    settings = {**reading, "config": config.key()}
     done = read_manifest(folder)
     if not fresh and done is not None and done.get("settings") == settings:
         return folder, done, False
-    if fresh or _read_json(work / "settings.json") != settings:
+    if fresh or _read_json(work / "reading.json") != reading:
         shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
-    (work / "settings.json").write_text(json.dumps(settings))
+    (work / "reading.json").write_text(json.dumps(reading))
 
     files = corpus_files(corpus)
     if not files:
@@ -66,7 +68,7 @@ def fit_heads(model, tokenizer, model_name: str, *, corpus: Sequence[str | Path]
         held_shard = load_shards(collect(model, held_windows, work / "held-out", on_window=bar.update))
 
     vocab = model.get_output_embeddings().weight.shape[0]
-    vocab_path = work / "vocab.safetensors"
+    vocab_path = work / f"vocab-{config.vocab_size}.safetensors"
     if vocab_path.exists():
         vocab_ids = load_file(str(vocab_path))["vocab_ids"]
     else:
@@ -86,9 +88,9 @@ def fit_heads(model, tokenizer, model_name: str, *, corpus: Sequence[str | Path]
 
     manifest = {
         "model": model_name,
-        "fingerprint": settings["fingerprint"],
+        "fingerprint": reading["fingerprint"],
         "settings": settings,
-        "corpus": {"paths": settings["corpus"] or ["installed packages"], "files": len(train_files),
+        "corpus": {"paths": reading["corpus"] or ["installed packages"], "files": len(train_files),
                    "held_out_files": len(held_files), "tokens": int(len(train_shard.window_ids)),
                    "held_out_tokens": int(len(held_shard.window_ids))},
         "steps": result.steps,

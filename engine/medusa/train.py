@@ -40,8 +40,11 @@ class TrainConfig:
     seed: int = 0
 
     def key(self) -> dict:
-        """What must match for a checkpoint or the shards to be reused."""
         return asdict(self)
+
+    def resume_key(self) -> dict:
+        """What must match to resume a checkpoint (asking for more or fewer steps still resumes)."""
+        return {k: v for k, v in asdict(self).items() if k not in ("steps", "tree_nodes")}
 
 
 @dataclass
@@ -153,7 +156,7 @@ def train_heads(heads: MedusaHeads, train: Shard, held: Shard, vocab: int, confi
     state = {"step": 0, "before": None, "log": []}
     if checkpoint is not None and checkpoint.exists():
         saved = torch.load(checkpoint, weights_only=False)
-        if saved.get("config") == config.key():
+        if saved.get("config") == config.resume_key() and saved["state"]["step"] <= config.steps:
             heads.load_state_dict(saved["heads"])
             optimizer.load_state_dict(saved["optimizer"])
             state = saved["state"]
@@ -205,6 +208,6 @@ def _keep_if_best(state: dict, heads: MedusaHeads, held: Shard, targets: Targets
 def _save_checkpoint(path: Path, heads, optimizer, state: dict, config: TrainConfig) -> None:
     tmp = path.with_suffix(".partial")
     torch.save({"heads": heads.state_dict(), "optimizer": optimizer.state_dict(), "state": state,
-                "config": config.key()}, tmp)
+                "config": config.resume_key()}, tmp)
     tmp.replace(path)
 
