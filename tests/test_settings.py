@@ -24,7 +24,7 @@ def test_client_settings_overlay_the_flags_they_name_and_keep_the_rest():
 
 def test_wrong_values_are_logged_and_ignored(caplog):
     bad = {"budgetMs": "fast", "maxNewTokens": 0, "prefixTokens": 10**9, "enabled": "yes", "multiline": "sometimes",
-           "disabledLanguages": "python", "verifier": 7, "drafter": "medusa", "suffixTokens": True}
+           "disabledLanguages": "python", "verifier": 7, "drafter": "telepathy", "suffixTokens": True}
     with caplog.at_level(logging.WARNING, logger="lsp_server.settings"):
         assert apply_client_settings(Settings(), bad) == Settings()
     assert len(caplog.records) == len(bad)
