@@ -44,13 +44,16 @@ class MedusaDrafter:
     name = "medusa"
 
     def __init__(self, verifier, heads: MedusaHeads, choices: Sequence[Choice], *,
-                 lookup: TreeLookupDrafter | None = None, top_k: int = 8) -> None:
+                 lookup: TreeLookupDrafter | None = None, nodes_beside_lookup: int = 6) -> None:
+        """`choices` most probable first; beside lookup's candidates only the first
+        `nodes_beside_lookup` of them are drafted (on a CPU every node costs a little)."""
         self.tap = HiddenTap.of(verifier)
         weight = verifier.get_output_embeddings().weight
         self.heads = heads.to(device=weight.device, dtype=weight.dtype).attach(weight).eval()
-        self.choices = sorted(choices, key=lambda c: (len(c), c))
-        self.top_k = max([1, *(rank + 1 for choice in self.choices for rank in choice)]) if self.choices else top_k
+        self.choices = list(choices)
+        self.top_k = max((rank + 1 for choice in self.choices for rank in choice), default=1)
         self.lookup = lookup
+        self.nodes_beside_lookup = nodes_beside_lookup
         self.pending: Draft | None = None  # the last draft proposed, until the next proposal
         self.accepted = 0
 
@@ -81,11 +84,10 @@ class MedusaDrafter:
         if hidden is None:
             self.pending = Draft.empty(self.name)
             return self.pending
+        found = self.lookup.candidates(tokens, min(max_tokens, self.lookup.length.value)) if self.lookup else []
         candidates, _ = self.heads.top_k(hidden, self.top_k)
-        tree = build_tree(candidates, self.choices, max_tokens)
-        if self.lookup is not None:
-            found = self.lookup.candidates(tokens, min(max_tokens, self.lookup.length.value))
-            add_paths(tree, found, len(tree) + self.lookup.max_nodes)
+        tree = build_tree(candidates, self.choices[:self.nodes_beside_lookup] if found else self.choices, max_tokens)
+        add_paths(tree, found, len(tree) + (self.lookup.max_nodes if self.lookup else 0))
         self.pending = tree_draft(tree, self.name)
         return self.pending
 

@@ -21,7 +21,8 @@ Choice = tuple[int, ...]
 
 
 def tune_choices(accuracy: Sequence[Sequence[float]], max_nodes: int, min_probability: float = 0.0) -> list[Choice]:
-    """The `max_nodes` most probable choices (those above `min_probability`), parents first."""
+    """The `max_nodes` most probable choices (those above `min_probability`), most probable first
+    (so parents come before their children)."""
     scored: list[tuple[float, Choice]] = []
     for depth in range(1, len(accuracy) + 1):
         for choice in itertools.product(*(range(len(accuracy[level])) for level in range(depth))):
@@ -33,8 +34,21 @@ def tune_choices(accuracy: Sequence[Sequence[float]], max_nodes: int, min_probab
     scored.sort(key=lambda item: (-item[0], len(item[1]), item[1]))
     chosen = {choice for _, choice in scored[:max_nodes]}
     # Ties can leave a child without its parent: keep only complete paths.
-    complete = [c for _, c in scored[:max_nodes] if all(c[:i] in chosen for i in range(1, len(c)))]
-    return sorted(complete, key=lambda c: (len(c), c))
+    return [c for _, c in scored[:max_nodes] if all(c[:i] in chosen for i in range(1, len(c)))]
+
+
+def by_probability(choices: Sequence[Choice], accuracy: Sequence[Sequence[float]] | None) -> list[Choice]:
+    """`choices` most probable first (parents still before their children); as given without accuracy."""
+    if not accuracy:
+        return list(choices)
+
+    def probability(choice: Choice) -> float:
+        p = 1.0
+        for level, rank in enumerate(choice):
+            p *= float(accuracy[level][rank]) if level < len(accuracy) and rank < len(accuracy[level]) else 0.0
+        return p
+
+    return sorted(choices, key=lambda c: (-probability(c), len(c), c))
 
 
 def expected_length(accuracy: Sequence[Sequence[float]], choices: Sequence[Choice]) -> float:
@@ -54,7 +68,7 @@ def build_tree(candidates: torch.Tensor, choices: Sequence[Choice], max_depth: i
     node_of: dict[Choice, int] = {(): ROOT}
     heads, ranks = candidates.shape
     rows = candidates.tolist()
-    for choice in choices:  # sorted parents first
+    for choice in choices:  # parents before children
         depth = len(choice)
         if depth > min(max_depth, heads) or choice[-1] >= ranks or choice[:-1] not in node_of:
             continue

@@ -76,7 +76,11 @@ class LoadedHeads:
 
     @property
     def choices(self) -> list[tuple[int, ...]]:
-        return [tuple(choice) for choice in self.manifest.get("choices", [])]
+        """The tuned tree's choices, most probable first (by the held-out accuracy)."""
+        from engine.medusa.choices import by_probability
+
+        accuracy = self.manifest.get("held_out", {}).get("after", {}).get("accuracy")
+        return by_probability([tuple(choice) for choice in self.manifest.get("choices", [])], accuracy)
 
 
 def load_heads(folder: Path, model) -> LoadedHeads:
