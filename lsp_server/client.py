@@ -134,6 +134,11 @@ class QuickdraftClient:
     def close(self, uri: str) -> None:
         self.client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri)))
 
+    def cursor(self, uri: str, position: types.Position) -> None:
+        """Where the user's cursor is now, as the VS Code and Neovim clients say it (cache warming)."""
+        self.notify("quickdraft/didChangeCursor", {"textDocument": {"uri": uri},
+                                                   "position": {"line": position.line, "character": position.character}})
+
     # -- requests -------------------------------------------------------------------
     def send_completion(self, uri: str, position: types.Position, msg_id: str) -> concurrent.futures.Future:
         """An automatic inline-completion request with a known id (so that `cancel` can name it)."""

@@ -99,8 +99,7 @@ def spot_document(lines: Sequence[str], line: int) -> tuple[str, int, str]:
 async def run_trial(client: QuickdraftClient, trial: Trial, text: str, code: str, config: FirstCompletionConfig) -> None:
     client.configure({"warm": trial.mode == "warm"})
     client.open(trial.uri, text, 1)
-    client.notify("quickdraft/didChangeCursor", {"textDocument": {"uri": trial.uri},
-                                                 "position": {"line": trial.line, "character": trial.character}})
+    client.cursor(trial.uri, types.Position(line=trial.line, character=trial.character))
     started = time.monotonic()
     await asyncio.sleep(config.wait_s)
     while config.until_warm and trial.mode == "warm" and not await warm_ended(client, trial.uri):

@@ -1,7 +1,8 @@
 """`quickdraft bench session`: what a user feels, measured through the real server.
 
 A headless pygls LanguageClient starts `quickdraft serve` over stdio, opens real source
-files, deletes function bodies and re-types them character by character in real time.
+files, moves the cursor to a function body (telling the server, as the editor clients do),
+deletes the body and re-types it character by character in real time.
 Like VS Code, it asks for an automatic inline completion once the typing pauses for
 `debounce_ms`, and cancels (`$/cancelRequest`) the request in flight when the next key
 arrives. For every request it records the end-to-end latency seen by the client, the
@@ -212,6 +213,10 @@ class Typist:
         """Delete the hole, then type it back; returns the document's last version."""
         session, hole, config = self.session, self.hole, self.session.config
         version = start_version + 1
+        # The user moves the cursor to the body (the editor clients say so: the server warms
+        # there) and looks at it for a moment before deleting it.
+        session.client.cursor(self.uri, position_after(hole.prefix))
+        await asyncio.sleep(config.line_pause_ms / 1000)
         session.client.change(self.uri, version, position_after(hole.prefix), position_after(hole.prefix + hole.middle), "")
         # Deleting is an edit too: the editor asks for a suggestion on the empty body.
         self.pending = asyncio.ensure_future(self.trigger(version, 0))
