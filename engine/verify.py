@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from engine import cuda_graphs
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -44,16 +46,33 @@ def probs_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Ten
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
-    return int(torch.multinomial(probs, 1, generator=generator).item())
+    return int(torch.multinomial(probs, 1, generator=on_device(generator, probs.device)).item())
+
+
+def on_device(generator: torch.Generator | None, device: torch.device) -> torch.Generator | None:
+    """A generator for `device`: the given one, or (a CPU generator for CUDA tensors) one seeded
+    from it, so a seeded request stays reproducible wherever its logits live."""
+    if generator is None or generator.device.type == torch.device(device).type:
+        return generator
+    seed = int(torch.randint(0, 2**62, (), generator=generator))  # a CPU draw: no device sync
+    return torch.Generator(device=device).manual_seed(seed)
 
 
 def greedy_accept(draft_tokens: list[int], logits: torch.Tensor) -> tuple[int, int]:
     """Keep drafts while they equal the verifier's argmax; then the argmax itself."""
-    choices = logits.argmax(dim=-1).tolist()
-    n = 0
-    while n < len(draft_tokens) and draft_tokens[n] == choices[n]:
-        n += 1
-    return n, choices[n]
+    return _to_host(greedy_decision(draft_tokens, logits))
+
+
+def greedy_decision(draft_tokens: list[int], logits: torch.Tensor) -> torch.Tensor:
+    """[n, token] on the logits' device: the first mismatch is where the cumulative product
+    of matches drops to zero. Nothing here reads a value back to the host."""
+    choices = logits.argmax(dim=-1)
+    k = len(draft_tokens)
+    if k == 0:
+        return torch.stack([torch.zeros_like(choices[0]), choices[0]])
+    matches = choices[:k] == cuda_graphs.upload(draft_tokens, choices.device)
+    n = matches.long().cumprod(dim=0).sum()
+    return torch.cat([n.view(1), choices.index_select(0, n.view(1))])  # (indexing by a 0-dim tensor syncs)
 
 
 def speculative_accept(
@@ -69,24 +88,44 @@ def speculative_accept(
     from normalize(max(0, p - q)); when all are accepted, sample the bonus from p.
     `draft_probs` None means a deterministic proposal (prompt lookup): q is one-hot.
     """
+    return _to_host(speculative_decision(draft_tokens, draft_probs, logits, params, generator))
+
+
+def speculative_decision(
+    draft_tokens: list[int],
+    draft_probs: torch.Tensor | None,
+    logits: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """[n, token] on the logits' device, every drafted position tested at once. Uniforms for
+    positions after the first rejection are drawn and unused: the distribution is unchanged."""
     p = probs_from_logits(logits, params)
-    for i, token in enumerate(draft_tokens):
-        q_token = 1.0 if draft_probs is None else float(draft_probs[i, token])
-        p_token = float(p[i, token])
-        u = float(torch.rand((), generator=generator))
-        if q_token > 0 and u * q_token <= p_token:
-            continue
-        if draft_probs is None:
-            residual = p[i].clone()
-            residual[token] = 0.0
-        else:
-            residual = (p[i] - draft_probs[i]).clamp_min(0.0)
-        # p == q leaves no residual mass (and rejection then has probability 0):
-        # fall back to p rather than dividing by zero.
-        if float(residual.sum()) <= 0.0:
-            residual = p[i]
-        return i, sample(residual / residual.sum(), generator)
-    return len(draft_tokens), sample(p[len(draft_tokens)], generator)
+    k = len(draft_tokens)
+    generator = on_device(generator, p.device)
+    drafts = cuda_graphs.upload(draft_tokens, p.device)
+    if draft_probs is None:
+        q = torch.nn.functional.one_hot(drafts, p.shape[-1]).to(p.dtype)
+    else:
+        q = draft_probs.to(device=p.device, dtype=p.dtype)
+    rows = torch.arange(k, device=p.device)
+    p_drafted, q_drafted = p[rows, drafts], q[rows, drafts]
+    u = torch.rand(k, generator=generator, device=p.device)
+    accepted = (q_drafted > 0) & (u * q_drafted <= p_drafted)
+    n = accepted.long().cumprod(dim=0).sum()
+    residual = (p[:k] - q).clamp_min(0.0)
+    # p == q leaves no residual mass (and rejection then has probability 0): fall back to p.
+    residual = torch.where(residual.sum(dim=-1, keepdim=True) > 0, residual, p[:k])
+    # Row i < k: what to sample from after rejecting d_i; row k: the bonus after accepting all.
+    choices = torch.cat([residual, p[k:k + 1]]).index_select(0, n.view(1))
+    token = torch.multinomial(choices, 1, generator=generator)[0]
+    return torch.cat([n.view(1), token])
+
+
+def _to_host(decision: torch.Tensor) -> tuple[int, int]:
+    """The pass's one transfer back to the host."""
+    n, token = decision.tolist()
+    return n, token
 
 
 def accept(
