@@ -21,22 +21,24 @@ from engine.drafters.medusa import MedusaDrafter
 from engine.drafters.prompt_lookup import NgramIndex, PromptLookupDrafter
 from engine.drafters.trees import TreeDraftModelDrafter, TreeHybridDrafter, TreeLookupDrafter
 from engine.errors import ModelError
+from engine.kv import KVCache
 from engine.modes import check_drafter, needs_draft_model
 
 
 def make_drafter(mode: str, draft_model=None, config: DrafterConfig | None = None, *,
-                 generator=None, verifier=None, heads=None) -> Drafter | None:
+                 generator=None, verifier=None, heads=None, kv_factory=KVCache) -> Drafter | None:
     """The drafter for a mode name; None means plain decoding (one verifier pass per token).
 
     'hybrid' without a draft model is prompt lookup alone (any match counts) — or, given
     `heads` (trained Medusa heads for `verifier`, see engine.medusa.store), the heads' tree
-    and lookup together. 'medusa' is the heads alone.
+    and lookup together. 'medusa' is the heads alone. `kv_factory` makes the draft model's
+    KV cache (engine.kv_static.cache_factory picks one per device).
     """
     config = config or DrafterConfig()
     if check_drafter(mode) == "none":
         return None
     if mode.endswith("-tree"):
-        return _tree_drafter(mode, draft_model, config, generator)
+        return _tree_drafter(mode, draft_model, config, generator, kv_factory)
     if mode == "medusa" or (mode == "hybrid" and draft_model is None and heads is not None):
         if heads is None or verifier is None:
             raise ModelError("drafter 'medusa' needs trained heads for the verifier; "
@@ -49,7 +51,7 @@ def make_drafter(mode: str, draft_model=None, config: DrafterConfig | None = Non
     if needs_draft_model(mode) and draft_model is not None:
         model_drafter = DraftModelDrafter(
             draft_model, max_tokens=config.max_draft_tokens, initial_length=config.draft_initial_length,
-            confidence_threshold=config.confidence_threshold, generator=generator)
+            confidence_threshold=config.confidence_threshold, generator=generator, kv_factory=kv_factory)
     if mode == "draft":
         return model_drafter
     # A short match is too weak to preempt a real draft model; alone, lookup takes any match.
@@ -66,7 +68,7 @@ def _tree_lookup(config: DrafterConfig) -> TreeLookupDrafter:
     return TreeLookupDrafter(min_n=config.lookup_min_n, max_n=config.lookup_max_n, max_tokens=config.max_draft_tokens)
 
 
-def _tree_drafter(mode: str, draft_model, config: DrafterConfig, generator) -> Drafter:
+def _tree_drafter(mode: str, draft_model, config: DrafterConfig, generator, kv_factory) -> Drafter:
     if mode == "draft-tree" and draft_model is None:
         raise ModelError("drafter 'draft-tree' needs a draft model; pass --draft or choose --drafter lookup-tree")
     lookup = _tree_lookup(config)
@@ -76,7 +78,7 @@ def _tree_drafter(mode: str, draft_model, config: DrafterConfig, generator) -> D
     if draft_model is not None:
         model_drafter = TreeDraftModelDrafter(
             draft_model, max_tokens=config.max_draft_tokens, initial_length=config.draft_initial_length,
-            confidence_threshold=config.confidence_threshold, generator=generator)
+            confidence_threshold=config.confidence_threshold, generator=generator, kv_factory=kv_factory)
     if mode == "draft-tree":
         return model_drafter
     return TreeHybridDrafter(lookup, model_drafter)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -22,9 +22,10 @@ class DraftModelDrafter:
         initial_length: int = 4,
         confidence_threshold: float = 0.4,
         generator: torch.Generator | None = None,
+        kv_factory: Callable = KVCache,
     ) -> None:
         # The cache persists across requests: the next prompt usually shares a long prefix.
-        self.kv = KVCache(model)
+        self.kv = kv_factory(model)
         self.length = DraftLength(initial=initial_length, minimum=1, maximum=max_tokens)
         self.confidence_threshold = confidence_threshold
         self.generator = generator
