@@ -21,6 +21,8 @@ from engine.decoder import GenerationConfig, GenerationResult, SpeculativeDecode
 from engine.drafters import DrafterConfig, make_drafter
 from engine.errors import ModelError, PromptError
 from engine.fim import FimTemplate, detect_fim_template
+from engine.kv import PREFILL_CHUNK
+from engine.kv_static import cache_factory
 from engine.medusa.store import find_heads
 from engine.models.loading import LoadedModel, check_pair, load_model
 from engine.modes import check_drafter, needs_draft_model
@@ -91,7 +93,12 @@ class CompletionEngine:
         self.max_draft_tokens = max_draft_tokens
         self.default_budget = context_budget or ContextBudget()
         self.context_budget = self.default_budget
-        self.decoder = SpeculativeDecoder(verifier.model, None, self.tokenizer)
+        # Static KV cache + CUDA graphs on CUDA (captured here, at load), the dynamic cache on a CPU.
+        self._new_cache = cache_factory(verifier.device)
+        self._draft_cache = None  # kept across drafter switches: recapturing graphs costs seconds
+        # On a GPU a whole prompt is one cheap forward (and a pass is cancellable between layers).
+        self.prefill_chunk = PREFILL_CHUNK if verifier.device.type == "cpu" else None
+        self.decoder = SpeculativeDecoder(verifier.model, None, self.tokenizer, kv_factory=self._new_cache)
         self.heads = find_heads(verifier.name, verifier.model)  # trained Medusa heads, if any
         self.drafter_mode = ""
         self.set_drafter(drafter)
@@ -140,8 +147,13 @@ class CompletionEngine:
             draft_model = self.draft.model if self.draft is not None else None
             config = DrafterConfig(max_draft_tokens=self.max_draft_tokens)
             self.decoder.drafter = make_drafter(mode, draft_model, config, verifier=self.verifier.model,
-                                                heads=self.heads)
+                                                heads=self.heads, kv_factory=self._draft_kv)
             self.drafter_mode = mode
+
+    def _draft_kv(self, model):
+        if self._draft_cache is None:
+            self._draft_cache = self._new_cache(model)
+        return self._draft_cache
 
     @property
     def template(self) -> FimTemplate:
@@ -180,7 +192,7 @@ class CompletionEngine:
         config = GenerationConfig(
             max_new_tokens=max_new_tokens, sampling=sampling or SamplingParams(), seed=seed,
             max_draft_tokens=self.max_draft_tokens, eos_token_ids=self.stop_token_ids(),
-            stop_strings=stop_strings, deadline=deadline,
+            stop_strings=stop_strings, deadline=deadline, prefill_chunk=self.prefill_chunk,
         )
         return self._run(prompt_ids, config, (), cancel, on_text)
 
@@ -212,7 +224,7 @@ class CompletionEngine:
             max_draft_tokens=self.max_draft_tokens,
             eos_token_ids=self.stop_token_ids(self.template.stop_tokens),
             stop_strings=stop_strings_for(request.suffix, multiline),
-            deadline=deadline,
+            deadline=deadline, prefill_chunk=self.prefill_chunk,
         )
 
         def finish(result: GenerationResult) -> CompletionResult:

@@ -22,21 +22,17 @@ The model itself is Hugging Face's Qwen2 forward; only the cache object is ours.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from typing import Callable
 
 import torch
+import transformers
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from engine import cuda_graphs
-from engine.kv import PREFILL_CHUNK, KVCache, common_prefix_length
-
-try:  # the decoder's cancel-between-layers exception (engine/kv.py); one class for every cache
-    from engine.kv import PassCancelled
-except ImportError:  # pragma: no cover - until engine/kv.py defines it
-    class PassCancelled(Exception):
-        """should_stop() turned true inside a pass; the cache is as it was before the call."""
+from engine.kv import KVCache, PassCancelled, ShouldStop
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +85,18 @@ class _Bucket:
         self.output: torch.Tensor | None = None
 
 
-class StaticKVCache:
+class StaticKVCache(KVCache):
+    """Feeding prompts (prefill, feed_until: longest common prefix, cancellable chunks) is
+    KVCache's; storing keys and values, passes and cropping are this class's."""
+
     def __init__(self, model, *, mode: str | None = None, capacity: int | None = None) -> None:
         config = model.config
         kinds = set(getattr(config, "layer_types", None) or ["full_attention"])
         if kinds != {"full_attention"}:
             raise ValueError(f"the static KV cache supports full-attention layers only, not {sorted(kinds)}")
+        if "cache" not in inspect.signature(type(model).forward).parameters:
+            raise ValueError(f"the static KV cache needs a transformers whose forward takes `cache=` "
+                             f"(5.24 is tested); this one is {transformers.__version__}")
         self.model = model
         self.device = next(model.parameters()).device
         self.mode = mode or ("graphs" if self.device.type == "cuda" else "eager")
@@ -110,25 +112,26 @@ class StaticKVCache:
         self.write_positions = torch.zeros(0, dtype=torch.long, device=self.device)
         self.attend = 0  # key positions a pass attends over (the live length, or all in bucketed mode)
         self.seen = 0  # tokens before the pass (HF's mask offsets in eager mode)
-        self.should_stop: Callable[[], bool] | None = None
+        self.should_stop: ShouldStop | None = None
         self._layers = [_PositionedLayer(self) for _ in range(config.num_hidden_layers)]
         self.hf_cache = Cache(layers=self._layers)
         self.capacity = 0
         self._allocate(min(capacity or DEFAULT_CAPACITY, self.max_positions))
 
-    # ------------------------------------------------------------------ the cache interface
+    # ------------------------------------------------------------------ passes (feeding prompts is KVCache's)
 
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    def crop(self, length: int) -> None:
-        """Forget everything after the first `length` tokens (a length, no copy)."""
-        del self.tokens[max(length, 0):]
+    def _crop_layers(self, length: int) -> None:
+        """Cropping is forgetting tokens: positions past the length are overwritten by the next pass
+        and masked until then (no copy, no reallocation)."""
 
     @torch.inference_mode()
     def forward(self, new_tokens: list[int], *, logits_for: int | None = None,
-                should_stop: Callable[[], bool] | None = None) -> torch.Tensor:
-        """Append `new_tokens`; return float32 logits for the last `logits_for` of them (default all)."""
+                should_stop: ShouldStop | None = None) -> torch.Tensor:
+        """Append `new_tokens`; return float32 logits for the last `logits_for` of them (default all).
+
+        Raises PassCancelled, with the cache unchanged, when `should_stop` turns true between layers
+        (a replayed graph cannot stop halfway: bucketed passes check once, before they start).
+        """
         n = len(new_tokens)
         keep = n if logits_for is None else logits_for
         if n == 0 or not 0 < keep <= n:
@@ -137,7 +140,7 @@ class StaticKVCache:
         self.should_stop = should_stop
         try:
             if self.mode != "eager" and n <= BUCKETS[-1]:
-                if should_stop is not None and should_stop():  # a replay cannot stop halfway: check before
+                if should_stop is not None and should_stop():
                     raise PassCancelled()
                 logits = self._bucketed(new_tokens)[n - keep:n].clone()  # the replay overwrites its output
             else:
@@ -146,23 +149,6 @@ class StaticKVCache:
             self.should_stop = None
         self.tokens.extend(new_tokens)
         return logits
-
-    def prefill(self, tokens: list[int], should_stop: Callable[[], bool] | None = None,
-                chunk: int | None = PREFILL_CHUNK) -> tuple[torch.Tensor | None, int]:
-        """Feed what the cache lacks of `tokens` (the longest common prefix is kept): (logits after
-        them, tokens fed). Fed `chunk` tokens a forward; a cancelled prefill keeps what it fed."""
-        self.crop(min(common_prefix_length(self.tokens, tokens), len(tokens) - 1))
-        start, step = len(self.tokens), chunk or len(tokens)
-        logits = None
-        while len(self.tokens) < len(tokens):
-            if should_stop is not None and should_stop():
-                return None, len(self.tokens) - start
-            try:
-                logits = self.forward(tokens[len(self.tokens):len(self.tokens) + step], logits_for=1,
-                                      should_stop=should_stop)[-1]
-            except PassCancelled:
-                return None, len(self.tokens) - start
-        return logits, len(self.tokens) - start
 
     # ------------------------------------------------------------------ warming
 

@@ -101,25 +101,41 @@ def speculative_decision(
     """[n, token] on the logits' device, every drafted position tested at once. Uniforms for
     positions after the first rejection are drawn and unused: the distribution is unchanged."""
     p = probs_from_logits(logits, params)
-    k = len(draft_tokens)
+    k, vocab = len(draft_tokens), p.shape[-1]
     generator = on_device(generator, p.device)
     drafts = cuda_graphs.upload(draft_tokens, p.device)
-    if draft_probs is None:
-        q = torch.nn.functional.one_hot(drafts, p.shape[-1]).to(p.dtype)
-    else:
-        q = draft_probs.to(device=p.device, dtype=p.dtype)
     rows = torch.arange(k, device=p.device)
-    p_drafted, q_drafted = p[rows, drafts], q[rows, drafts]
+    if draft_probs is None:
+        q_drafted = torch.ones(k, dtype=p.dtype, device=p.device)
+    else:
+        draft_probs = draft_probs.to(device=p.device, dtype=p.dtype)
+        q_drafted = draft_probs[rows, drafts]
     u = torch.rand(k, generator=generator, device=p.device)
-    accepted = (q_drafted > 0) & (u * q_drafted <= p_drafted)
-    n = accepted.long().cumprod(dim=0).sum()
-    residual = (p[:k] - q).clamp_min(0.0)
+    accepted = (q_drafted > 0) & (u * q_drafted <= p[rows, drafts])
+    n = accepted.long().cumprod(dim=0).sum().view(1)
+    # Sample from max(0, p_n - q_n): the residual after rejecting d_n, or with q_k = 0 the
+    # bonus distribution p_k when every draft was accepted. One row, chosen on the device.
+    p_row = p.index_select(0, n)
+    is_draft = (n < k).to(p.dtype).view(1, 1)  # 0 when n == k: no q for the bonus
+    last = torch.clamp(n, max=max(k - 1, 0))
+    if draft_probs is None:  # q_n is one-hot at d_n: the residual is p_n without d_n
+        at = torch.cat([drafts, drafts.new_zeros(1)]).index_select(0, n).view(1, 1)
+        residual = p_row.scatter(1, at, p_row.gather(1, at) * (1 - is_draft))
+    elif k == 0:
+        residual = p_row
+    else:
+        residual = (p_row - _fit_vocab(draft_probs.index_select(0, last), vocab) * is_draft).clamp_min(0.0)
     # p == q leaves no residual mass (and rejection then has probability 0): fall back to p.
-    residual = torch.where(residual.sum(dim=-1, keepdim=True) > 0, residual, p[:k])
-    # Row i < k: what to sample from after rejecting d_i; row k: the bonus after accepting all.
-    choices = torch.cat([residual, p[k:k + 1]]).index_select(0, n.view(1))
-    token = torch.multinomial(choices, 1, generator=generator)[0]
-    return torch.cat([n.view(1), token])
+    residual = torch.where(residual.sum(dim=-1, keepdim=True) > 0, residual, p_row)
+    token = torch.multinomial(residual, 1, generator=generator)[0]
+    return torch.cat([n, token])
+
+
+def _fit_vocab(rows: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Draft probabilities over the verifier's vocabulary: ids only one side has get q = 0."""
+    if rows.shape[-1] >= vocab:
+        return rows[..., :vocab]
+    return torch.nn.functional.pad(rows, (0, vocab - rows.shape[-1]))
 
 
 def _to_host(decision: torch.Tensor) -> tuple[int, int]:

@@ -88,6 +88,7 @@ class EngineBench:
         self.draft = draft
         self.config = config
         self.tokenizer = verifier.tokenizer
+        self._caches: dict[int, object] = {}  # per model: the device's KV cache, emptied before each run
         # Used only for its FIM template and stop tokens, so every mode stops on the same ids.
         helper = CompletionEngine(verifier, None, drafter="none")
         self.template = helper.template
@@ -122,6 +123,17 @@ class EngineBench:
         if mode.startswith("hf-"):
             return run_hf(self, mode, prompt, max_new_tokens, index)
         return run_quickdraft(self, mode, prompt, max_new_tokens, index)
+
+    def cold_cache(self, model):
+        """The KV cache the engine uses on this device (static + CUDA graphs on CUDA), emptied: one
+        per model, so graphs are captured once, and every run still starts cold."""
+        from engine.kv_static import cache_factory
+
+        cache = self._caches.get(id(model))
+        if cache is None:
+            cache = self._caches[id(model)] = cache_factory(next(model.parameters()).device)(model)
+        cache.crop(0)
+        return cache
 
     def drafter_for(self, mode: str) -> tuple[str, DrafterConfig]:
         """(drafter mode, its config) of a quickdraft mode ("quickdraft-hybrid+tuned" → hybrid, tuned)."""

@@ -171,7 +171,7 @@ def run_hf(bench: EngineBench, mode: str, prompt: Prompt, max_new_tokens: int, i
 
 
 def run_quickdraft(bench: EngineBench, mode: str, prompt: Prompt, max_new_tokens: int, index: int) -> Run:
-    """quickdraft's SpeculativeDecoder with a fresh drafter (empty caches) for the mode."""
+    """quickdraft's SpeculativeDecoder with a fresh drafter (emptied caches) for the mode."""
     import torch
 
     from engine.decoder import GenerationConfig, SpeculativeDecoder
@@ -179,8 +179,9 @@ def run_quickdraft(bench: EngineBench, mode: str, prompt: Prompt, max_new_tokens
 
     name, drafter_config = bench.drafter_for(mode)
     draft_model = bench.draft.model if bench.draft is not None else None
-    drafter = make_drafter(name, draft_model, drafter_config, verifier=bench.verifier.model, heads=bench.heads)
-    decoder = SpeculativeDecoder(bench.verifier.model, drafter, bench.tokenizer)
+    drafter = make_drafter(name, draft_model, drafter_config, verifier=bench.verifier.model, heads=bench.heads,
+                           kv_factory=bench.cold_cache)
+    decoder = SpeculativeDecoder(bench.verifier.model, drafter, bench.tokenizer, kv_factory=bench.cold_cache)
     # The prompt in one forward, as HF's generate reads it: in bf16 a chunked prefill rounds
     # differently, and the first token would already differ for reasons unrelated to decoding.
     config = GenerationConfig(max_new_tokens=max_new_tokens, max_draft_tokens=drafter_config.max_draft_tokens,

@@ -1,10 +1,12 @@
-"""`quickdraft bench engine | session`: the headless benchmarks (see README "Benchmarks").
+"""`quickdraft bench engine | session | passes`: the headless benchmarks (see README "Benchmarks").
 
 engine  — decoding speed at equal output: HF generate (greedy, assisted, prompt lookup) vs
           quickdraft's drafters on the same FIM prompts (engine/bench.py).
 session — what a user feels: a headless LSP client types into `quickdraft serve` and
           measures every inline completion (lsp_server/bench_session.py).
 Both write JSON with every raw figure plus PNG plots under --out, and print a table.
+passes  — what one forward pass costs, eager vs static cache + CUDA graphs, with random-weight
+          models of the exact Qwen2.5-Coder shapes (engine/bench/passes.py); writes passes.json.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ log = logging.getLogger(__name__)
 
 
 def add_parsers(sub) -> None:
-    bench = sub.add_parser("bench", help="benchmarks: engine (decoding speed) | session (typing through the server)")
+    bench = sub.add_parser("bench", help="benchmarks: engine (decoding speed) | session (typing through the server) "
+                                         "| passes (per-pass cost, eager vs static cache + CUDA graphs)")
     kinds = bench.add_subparsers(dest="bench", required=True)
 
     engine = kinds.add_parser("engine", help="decoding speed vs Hugging Face generate, on FIM holes from real files")
@@ -31,6 +34,7 @@ def add_parsers(sub) -> None:
     engine.add_argument("--modes", help="comma-separated; default: hf-greedy,hf-assisted,hf-prompt-lookup,"
                                         "quickdraft-lookup,quickdraft-draft,quickdraft-hybrid (also: quickdraft-none, token trees "
                                         "quickdraft-lookup-tree,-draft-tree,-hybrid-tree, and quickdraft-medusa)")
+    engine.add_argument("--device", help="cpu | cuda | cuda:N (default: cuda when available)")
     engine.add_argument("--repeats", type=int, default=1, help="runs per prompt and mode; the median time counts")
     engine.add_argument("--no-warmup", action="store_true", help="skip the warm-up round")
     engine.add_argument("--prefix-tokens", type=int, help="prompt budget before the cursor (default 1024; --quick 512)")
@@ -86,6 +90,21 @@ def add_parsers(sub) -> None:
     first.add_argument("--out", default="bench-out", help="folder for first-completion.json (default bench-out)")
     first.set_defaults(handler=run_first_completion)
 
+    passes = kinds.add_parser("passes", help="per-pass cost with random-weight Qwen2.5-Coder shapes: eager vs static "
+                                             "cache (+ CUDA graphs on CUDA); no download needed")
+    passes.add_argument("--quick", action="store_true",
+                        help="small model shapes, short contexts, 32-token replays (a CPU test run)")
+    passes.add_argument("--device", help="cpu | cuda | cuda:N (default: cuda when available)")
+    passes.add_argument("--dtype", help="bfloat16 | float16 | float32 (default: bf16 on CUDA, fp32 on the CPU)")
+    passes.add_argument("--out", default="bench-out", help="folder for passes.json (default bench-out)")
+    passes.add_argument("--verifiers", help="comma-separated shapes (default qwen2.5-coder-1.5b,qwen2.5-coder-7b; "
+                                            "'none': the draft qwen2.5-coder-0.5b alone, which always runs)")
+    passes.add_argument("--contexts", help="comma-separated context lengths (default 512,2048; --quick 32,128)")
+    passes.add_argument("--repeats", type=int, help="timed passes per figure, the median counts (default 20; --quick 2)")
+    passes.add_argument("--fast-mode", choices=("graphs", "bucketed", "eager"),
+                        help="static cache mode measured as 'fast' (default graphs on CUDA, bucketed elsewhere)")
+    passes.set_defaults(handler=run_passes)
+
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="*", metavar="FILE_OR_DIR",
@@ -140,10 +159,10 @@ def run_engine(args: argparse.Namespace) -> int:
         raise QuickdraftError("no FIM hole could be cut from the corpus; name other source files or folders")
 
     needs_draft = any(mode_needs_draft_model(m) for m in modes)
-    verifier = load_model(args.verifier, dtype=args.dtype, role="verifier")
+    verifier = load_model(args.verifier, dtype=args.dtype, device=args.device, role="verifier")
     draft = None
     if needs_draft and args.draft != "none":
-        draft = load_model(args.draft, dtype=args.dtype, role="draft")
+        draft = load_model(args.draft, dtype=args.dtype, device=args.device, role="draft")
         check_pair(verifier, draft)
 
     result = run_engine_bench(verifier, draft, holes, config)
@@ -230,3 +249,44 @@ def run_first_completion(args: argparse.Namespace) -> int:
     print(format_table(result))
     print(f"wrote {out / 'first-completion.json'}")
     return 0
+
+
+def run_passes(args: argparse.Namespace) -> int:
+    import torch
+
+    from engine.bench.passes import PassesBenchConfig, format_table, run_passes_bench
+    from engine.errors import QuickdraftError
+    from engine.models.loading import parse_device, parse_dtype
+
+    device = parse_device(args.device)  # a clear error when CUDA is asked for and missing
+    dtype = parse_dtype(args.dtype, device) if args.dtype else (
+        torch.float32 if device.type == "cpu" else parse_dtype(None, device))
+    if args.fast_mode == "graphs" and device.type != "cuda":
+        raise QuickdraftError("--fast-mode graphs needs --device cuda; use bucketed or eager on this device")
+    try:
+        contexts = tuple(int(c) for c in args.contexts.split(",")) if args.contexts else None
+    except ValueError:
+        raise QuickdraftError(f"--contexts takes comma-separated token counts, not {args.contexts!r}") from None
+    config = PassesBenchConfig(
+        device=str(device), dtype=dtype, quick=args.quick,
+        verifiers=_verifiers(args.verifiers),
+        contexts=contexts or ((32, 128) if args.quick else (512, 2048)),
+        repeats=_pick(args.repeats, args.quick, 2, 20), fast_mode=args.fast_mode,
+        new_tokens=32 if args.quick else 64,
+    )
+    try:
+        result = run_passes_bench(config, progress=lambda text: print(text, file=sys.stderr))
+    except ValueError as error:  # an unknown shape name, a context beyond the model's
+        raise QuickdraftError(str(error)) from None
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "passes.json").write_text(json.dumps(result, indent=1))
+    print(format_table(result))
+    print(f"wrote {out / 'passes.json'}")
+    return 0
+
+
+def _verifiers(text: str | None) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    return tuple(name.strip() for name in text.split(",") if name.strip() and name.strip() != "none")

@@ -33,6 +33,7 @@ def add_parsers(sub) -> None:
     demo.add_argument("--draft", default="qwen2.5-coder-0.5b")
     demo.add_argument("--drafter", choices=DRAFTER_MODES, default="hybrid")
     demo.add_argument("--dtype")
+    demo.add_argument("--device", help="cpu | cuda | cuda:N (default: cuda when available)")
     demo.add_argument("--budget-ms", type=float,
                       help=f"latency budget (default: the server's; {CPU_DEMO_BUDGET_MS:.0f} on a CPU, "
                            "where the first request on a file pays for a cold prefill)")
@@ -60,18 +61,18 @@ def pick_holes(path: Path, count: int, seed: int):
 
 
 async def demo(args: argparse.Namespace, path: Path) -> None:
-    from engine.models.loading import default_device
+    from engine.models.loading import parse_device
     from lsp_server.client import QuickdraftClient, position_after, serve_args
 
     budget = args.budget_ms
-    if budget is None and default_device().type == "cpu":
+    if budget is None and parse_device(args.device).type == "cpu":  # a clear error when CUDA is missing
         budget = CPU_DEMO_BUDGET_MS
         print(f"(CPU only: latency budget {budget / 1000:.0f} s, so the cold first request on each file can "
               "finish its prefill; in an editor, typing afterwards reuses the KV cache)")
     client = QuickdraftClient("quickdraft-demo")
     started = time.monotonic()
     await client.start(serve_args(verifier=args.verifier, draft=args.draft, drafter=args.drafter, dtype=args.dtype,
-                                  budget_ms=budget, max_new_tokens=args.max_new_tokens))
+                                  device=args.device, budget_ms=budget, max_new_tokens=args.max_new_tokens))
     status = await client.wait_until_loaded(LOAD_TIMEOUT_S)
     print(f"server {status.get('message')} — {time.monotonic() - started:.1f} s to load\n")
     try:

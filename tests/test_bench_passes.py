@@ -1,0 +1,63 @@
+"""`quickdraft bench passes` on the CPU: small random models through the real CLI, the real
+caches (dynamic and static, bucketed), the real draft-model drafter and acceptance code.
+Nothing here asserts a speed; what is checked is that the figures are all there and that
+the replayed decodes follow their acceptance pattern."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engine.bench.model_configs import QWEN_CONFIGS
+from engine.bench.passes import REPLAYS
+from engine.models import registry
+from lsp_server.cli import main as cli_main
+
+
+def test_quick_run_writes_every_figure(tmp_path, capsys):
+    assert cli_main(["bench", "passes", "--quick", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "passes.json").read_text())
+    config = result["config"]
+    assert config["fast_mode"] == "bucketed" and config["device"] == "cpu"
+    models = [config["draft"], *config["verifiers"]]
+    expected = {(m, c, k) for m in models for c in config["contexts"] for k in (1, 2, 4, 8, 16)}
+    assert {(r["model"], r["context"], r["pass_tokens"]) for r in result["records"]} == expected
+    assert all(r["eager_ms"] > 0 and r["fast_ms"] > 0 for r in result["records"])
+    assert {(d["model"], d["context"]) for d in result["draft_steps"]} == {(m, c) for m in models
+                                                                            for c in config["contexts"]}
+    assert all(p["eager_tokens_per_s"] > 0 and p["fast_tokens_per_s"] > 0 for p in result["prefill"])
+    replays = {r["name"]: r for r in result["replays"]}
+    assert set(replays) == {r.name for r in REPLAYS}
+    for replay in replays.values():
+        assert replay["new_tokens"] == config["new_tokens"] and replay["eager_ms"] > 0 and replay["fast_ms"] > 0
+    assert replays["plain"]["passes"] == config["new_tokens"]  # one token a pass
+    for name in ("lookup", "draft"):  # τ tokens a pass, give or take the last pass's rounding
+        assert abs(config["new_tokens"] / replays[name]["passes"] - replays[name]["tau"]) < 0.5
+    assert result["targets"] == []  # the H200 targets are only judged on CUDA
+    table = capsys.readouterr().out
+    assert "k+1" in table and "replayed decode" in table and "passes.json" in table
+
+
+def test_cuda_asked_for_but_missing_is_one_clear_line(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert cli_main(["bench", "passes", "--quick", "--device", "cuda", "--out", str(tmp_path)]) == 2
+    assert "CUDA is not available" in capsys.readouterr().err
+    assert cli_main(["bench", "passes", "--quick", "--fast-mode", "graphs", "--out", str(tmp_path)]) == 2
+    assert "needs --device cuda" in capsys.readouterr().err
+    assert cli_main(["bench", "passes", "--quick", "--verifiers", "qwen-9000b", "--out", str(tmp_path)]) == 2
+    assert "unknown model shape" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("preset", ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
+def test_embedded_shapes_are_the_real_configs(preset):
+    path = registry.installed_path(preset)
+    if path is None:
+        pytest.skip(f"{preset} is not pulled here")
+    real = json.loads((Path(path) / "config.json").read_text())
+    metadata = {"_model_name_or_path", "transformers_version", "dtype", "layer_types"}
+    assert {k: v for k, v in real.items() if k not in metadata} == QWEN_CONFIGS[preset]
