@@ -100,7 +100,11 @@ def parse_device(device: str | torch.device | None) -> torch.device:
     except (RuntimeError, TypeError):
         raise ModelError(f"unknown device {device!r}; use cpu, cuda, cuda:N or mps") from None
     if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ModelError(f"device {device} requested but CUDA is not available here; use --device cpu")
+        raise ModelError(f"device {device} requested but CUDA is not available here (torch {torch.__version__}, "
+                         f"{'a CPU-only build' if torch.version.cuda is None else 'no GPU visible'}); use --device cpu")
+    if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
+        raise ModelError(f"device {device} requested but only {torch.cuda.device_count()} CUDA device(s) are "
+                         f"visible; use cuda:0 .. cuda:{torch.cuda.device_count() - 1}")
     return resolved
 
 
