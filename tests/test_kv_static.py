@@ -16,7 +16,7 @@ from engine.kv import KVCache
 from engine.kv_static import BUCKETS, PassCancelled, StaticKVCache, cache_factory
 from engine.verify import SamplingParams, greedy_decision, speculative_decision
 
-from tiny_models import TINY_VOCAB, assert_logits_close
+from support.tiny_models import TINY_VOCAB, assert_logits_close
 
 MODES = ("eager", "bucketed")
 

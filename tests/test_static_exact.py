@@ -19,13 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.decoder import GenerationConfig, SpeculativeDecoder
-from engine.drafters import make_drafter
+from engine.drafters import DrafterConfig, make_drafter
 from engine.kv_static import StaticKVCache
 from engine.verify import SamplingParams
 
 from test_decoder_exact import AlwaysWrongDrafter, prompts, reference
 from test_sampling_exact import LENGTH, SAMPLES, exact_distribution, goodness_of_fit, small_verifier  # noqa: F401 (fixture)
-from tiny_models import noisy_copy
+from support.tiny_models import noisy_copy
 
 STATIC_CACHES = {mode: functools.partial(StaticKVCache, mode=mode) for mode in ("eager", "bucketed")}
 
@@ -46,7 +46,7 @@ def test_greedy_output_equals_verifier_generate_with_a_static_cache(
     if mode == "adversarial":
         drafter = AlwaysWrongDrafter(verifier)
     else:
-        drafter = make_drafter(mode, draft_models[draft_kind], max_draft_tokens=k, kv_factory=factory)
+        drafter = make_drafter(mode, draft_models[draft_kind], DrafterConfig(max_draft_tokens=k), kv_factory=factory)
     decoder = SpeculativeDecoder(verifier, drafter, kv_factory=factory)
     config = GenerationConfig(max_new_tokens=max_new_tokens, max_draft_tokens=k,
                               eos_token_ids=[eos] if eos is not None else [])
@@ -92,8 +92,8 @@ def test_speculative_samples_follow_the_verifier_with_a_bucketed_cache(small_ver
     factory = STATIC_CACHES["bucketed"]
     draft = noisy_copy(small_verifier, seed=5, scale=0.5)
     prompt = [1, 2, 3, 4, 5, 6, 7, 0, 1, 2]
-    decoder = SpeculativeDecoder(small_verifier, make_drafter("draft", draft, max_draft_tokens=2, kv_factory=factory),
-                                 kv_factory=factory)
+    drafter = make_drafter("draft", draft, DrafterConfig(max_draft_tokens=2), kv_factory=factory)
+    decoder = SpeculativeDecoder(small_verifier, drafter, kv_factory=factory)
     counts: Counter = Counter()
     for seed in range(SAMPLES):
         result = decoder.generate(prompt, GenerationConfig(max_new_tokens=LENGTH, sampling=params, seed=seed,

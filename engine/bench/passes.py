@@ -189,10 +189,8 @@ def replay_decode(verifier, draft, replay: Replay, factory: Callable, context: i
     draft → verify `[last, d1..dk]` → accept → crop — except that the number of drafts kept
     follows the pattern of `replay.tau` instead of the random models' (dis)agreement."""
     vcache = factory(verifier)
-    drafter = (DraftModelDrafter(draft, max_tokens=replay.draft_tokens, confidence_threshold=0.0,
-                                 kv_factory=factory) if replay.draft_model else None)
-    if drafter is not None:
-        drafter.length.value = replay.draft_tokens
+    drafter = (DraftModelDrafter(draft, max_tokens=replay.draft_tokens, initial_length=replay.draft_tokens,
+                                 confidence_threshold=0.0, kv_factory=factory) if replay.draft_model else None)
     prompt = random_tokens(verifier, context, rng)
     vcache.prefill(prompt[:-1], chunk=None)
     if drafter is not None:
