@@ -153,13 +153,22 @@ class StaticKVCache(KVCache):
     # ------------------------------------------------------------------ warming
 
     def warm(self) -> float:
-        """Prepare every bucket (on CUDA: capture its graph); returns the seconds it took."""
+        """Prepare every bucket (on CUDA: capture its graph); returns the seconds it took.
+
+        A capture that fails leaves a working cache: it logs why and runs eager passes.
+        """
         started = time.perf_counter()
-        if self.mode != "eager":
-            with torch.inference_mode():
-                for size in BUCKETS:
-                    self._bucket(size)
-        cuda_graphs.synchronize(self.device)
+        try:
+            if self.mode != "eager":
+                with torch.inference_mode():
+                    for size in BUCKETS:
+                        self._bucket(size)
+            cuda_graphs.synchronize(self.device)
+        except RuntimeError as error:
+            if self.mode != "graphs":
+                raise
+            log.warning("capturing CUDA graphs failed, passes run eagerly: %s", " ".join(str(error).split())[:300])
+            self.mode, self._buckets = "eager", {}
         return time.perf_counter() - started
 
     # ------------------------------------------------------------------ passes

@@ -12,7 +12,7 @@ import pytest
 
 from engine.bench.model_configs import QWEN_CONFIGS
 from engine.bench.passes import REPLAYS
-from engine.models import registry
+from engine.models import store
 from lsp_server.cli import main as cli_main
 
 
@@ -22,6 +22,7 @@ def test_quick_run_writes_every_figure(tmp_path, capsys):
     config = result["config"]
     assert config["fast_mode"] == "bucketed" and config["device"] == "cpu"
     models = [config["draft"], *config["verifiers"]]
+    assert result["fast_mode_used"] == {m: "bucketed" for m in models}
     expected = {(m, c, k) for m in models for c in config["contexts"] for k in (1, 2, 4, 8, 16)}
     assert {(r["model"], r["context"], r["pass_tokens"]) for r in result["records"]} == expected
     assert all(r["eager_ms"] > 0 and r["fast_ms"] > 0 for r in result["records"])
@@ -55,7 +56,7 @@ def test_cuda_asked_for_but_missing_is_one_clear_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("preset", ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
 def test_embedded_shapes_are_the_real_configs(preset):
-    path = registry.installed_path(preset)
+    path = store.installed_path(preset)
     if path is None:
         pytest.skip(f"{preset} is not pulled here")
     real = json.loads((Path(path) / "config.json").read_text())

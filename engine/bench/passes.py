@@ -44,6 +44,8 @@ class Replay:
     draft_model: bool  # drafts from the draft model (each costs a pass) or free (prompt lookup)
 
 
+SERVER_OVERHEAD_MS = 3.0  # README, "Measured on this machine": a type-through answer takes ~3 ms end to end
+
 # τ measured on the CPU with the real pair, bf16 (README, "Benchmarks"): lookup 2.48, hybrid 3.00.
 REPLAYS = (
     Replay("plain", 1.0, 0, False),
@@ -146,7 +148,8 @@ def measure_passes(name: str, model, config: PassesBenchConfig, timer: Timer, rn
                     steps[path].append(elapsed)
         draft_steps.append({"model": name, "context": context, "eager_ms": statistics.median(steps["eager"]),
                             "fast_ms": statistics.median(steps["fast"])})
-    return {"records": records, "draft_steps": draft_steps, "prefill": prefills, "warmup_s": warmup_s}
+    return {"records": records, "draft_steps": draft_steps, "prefill": prefills, "warmup_s": warmup_s,
+            "fast_mode": by_path["fast"].mode}  # "eager" after a failed capture (logged)
 
 
 def _record(name: str, context: int, size: int, times: dict[str, list[float]]) -> dict:
@@ -240,7 +243,8 @@ def run_passes_bench(config: PassesBenchConfig, progress: Callable[[str], None] 
     rng = torch.Generator().manual_seed(config.seed)
     timer = Timer(config.device)
     result: dict = {"environment": environment(), "config": _describe(config, verifiers),
-                    "records": [], "draft_steps": [], "prefill": [], "warmup_s": {}, "replays": []}
+                    "records": [], "draft_steps": [], "prefill": [], "warmup_s": {}, "fast_mode_used": {},
+                    "replays": []}
     result["environment"].update(device=config.device, dtype=str(config.dtype).removeprefix("torch."))
     draft_name = DRAFT[kind]
     progress(f"building {draft_name} (random weights)")
@@ -252,6 +256,7 @@ def run_passes_bench(config: PassesBenchConfig, progress: Callable[[str], None] 
         for key in ("records", "draft_steps", "prefill"):
             result[key] += figures[key]
         result["warmup_s"][name] = figures["warmup_s"]
+        result["fast_mode_used"][name] = figures["fast_mode"]
         if name != draft_name:
             progress(f"{name}: replayed {config.new_tokens}-token decodes")
             result["replays"] += _replays(name, model, draft, config, timer, rng)
@@ -308,6 +313,11 @@ def targets(result: dict) -> list[dict]:
     replay = next((r for r in result["replays"] if r["verifier"] == "qwen2.5-coder-1.5b" and r["name"] == "draft"), None)
     if replay:
         rows.append(_target("64 tokens at τ = 3 (1.5B + 0.5B draft) ≤ 40 ms", replay["fast_ms"], replay["fast_ms"] <= 40))
+        # A keystroke on a warm cache feeds its token with the first draft, then decodes: the replay,
+        # plus the server's own time (a type-through answer, all protocol and no model: ~3 ms).
+        projected = replay["fast_ms"] + SERVER_OVERHEAD_MS
+        rows.append(_target("projected session p50 (that completion + 3 ms of server) ≤ 50 ms", projected,
+                            projected <= 50))
     return rows
 
 
@@ -335,6 +345,7 @@ def format_table(result: dict) -> str:
                     [(f"{r['verifier']} {r['name']}", r["tau"], r["draft_tokens"], r["passes"], r["new_tokens"],
                       _ms(r["eager_ms"]), _ms(r["fast_ms"])) for r in result["replays"]])
     lines.append("warm-up (graph capture) s: " + ", ".join(f"{k} {v:.2f}" for k, v in result["warmup_s"].items()))
+    lines.append("fast mode used: " + ", ".join(f"{k} {v}" for k, v in result["fast_mode_used"].items()))
     for t in result.get("targets", []):
         lines.append(f"target {'met   ' if t['met'] else 'MISSED'} {t['target']}: {t['value']:.2f}")
     return "\n".join(lines)
