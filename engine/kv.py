@@ -69,6 +69,20 @@ class KVCache:
             self._crop_layers(length)
             del self.tokens[length:]
 
+    @torch.inference_mode()
+    def keep_rows(self, start: int, rows: list[int]) -> None:
+        """Move the cached `rows` (in order) to `start`, then forget what follows them: a token
+        tree's accepted path takes its place behind the root (engine/tree_kv.py)."""
+        if rows:
+            source = torch.tensor(rows, dtype=torch.long, device=self.device)
+            for states in self._layer_states():
+                # The gather copies before the write, so overlapping rows are safe.
+                states[:, :, start:start + len(rows)] = states.index_select(2, source)
+        self.crop(start + len(rows))
+
+    def _layer_states(self) -> list[torch.Tensor]:
+        return [states for layer in self.cache.layers for states in (layer.keys, layer.values)]
+
     def _crop_layers(self, length: int) -> None:
         if length == 0:
             self.cache = DynamicCache(config=self.model.config)

@@ -124,13 +124,17 @@ class StaticKVCache(KVCache):
         """Cropping is forgetting tokens: positions past the length are overwritten by the next pass
         and masked until then (no copy, no reallocation)."""
 
+    def _layer_states(self) -> list[torch.Tensor]:
+        return [states for layer in self._layers for states in (layer.keys, layer.values)]
+
     @torch.inference_mode()
     def forward(self, new_tokens: list[int], *, logits_for: int | None = None,
-                should_stop: ShouldStop | None = None) -> torch.Tensor:
+                should_stop: ShouldStop | None = None, **tree_inputs: torch.Tensor) -> torch.Tensor:
         """Append `new_tokens`; return float32 logits for the last `logits_for` of them (default all).
 
         Raises PassCancelled, with the cache unchanged, when `should_stop` turns true between layers
         (a replayed graph cannot stop halfway: bucketed passes check once, before they start).
+        `tree_inputs` (a token tree's attention_mask and position_ids) run an eager pass.
         """
         n = len(new_tokens)
         keep = n if logits_for is None else logits_for
@@ -139,12 +143,12 @@ class StaticKVCache(KVCache):
         self._ensure_capacity(len(self.tokens) + n)
         self.should_stop = should_stop
         try:
-            if self.mode != "eager" and n <= BUCKETS[-1]:
+            if self.mode != "eager" and n <= BUCKETS[-1] and not tree_inputs:
                 if should_stop is not None and should_stop():
                     raise PassCancelled()
                 logits = self._bucketed(new_tokens)[n - keep:n].clone()  # the replay overwrites its output
             else:
-                logits = self._eager(new_tokens, keep)
+                logits = self._eager(new_tokens, keep, **tree_inputs)
         finally:
             self.should_stop = None
         self.tokens.extend(new_tokens)
@@ -173,14 +177,16 @@ class StaticKVCache(KVCache):
 
     # ------------------------------------------------------------------ passes
 
-    def _eager(self, new_tokens: list[int], keep: int) -> torch.Tensor:
-        """Exactly the fed tokens over the live length: the dynamic cache's computation."""
+    def _eager(self, new_tokens: list[int], keep: int, position_ids: torch.Tensor | None = None,
+               attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Exactly the fed tokens over the live length: the dynamic cache's computation. A token
+        tree's rows are still written in order; only its positions and mask differ."""
         start, n = len(self.tokens), len(new_tokens)
         self.write_positions = torch.arange(start, start + n, device=self.device)
         self.seen, self.attend = start, start + n
         output = self.model(input_ids=cuda_graphs.upload(new_tokens, self.device)[None],
-                            position_ids=self.write_positions[None], cache=self.hf_cache,
-                            use_cache=True, logits_to_keep=keep)
+                            position_ids=self.write_positions[None] if position_ids is None else position_ids,
+                            attention_mask=attention_mask, cache=self.hf_cache, use_cache=True, logits_to_keep=keep)
         return output.logits[0].float()
 
     def _bucketed(self, new_tokens: list[int]) -> torch.Tensor:

@@ -53,19 +53,11 @@ def forward_tree(kv, pending: Sequence[int], tree: TokenTree, should_stop=None) 
     )
 
 
-@torch.inference_mode()
 def keep_path(kv, tree: TokenTree, path: Sequence[int]) -> None:
     """After `forward_tree`: keep the nodes of `path`, in order, and drop the tree's other nodes."""
     start = len(kv) - len(tree)  # the first node's row in the cache
-    if path:
-        source = torch.tensor([start + node for node in path], dtype=torch.long, device=kv.device)
-        for layer in kv.cache.layers:
-            for name in ("keys", "values"):
-                states = getattr(layer, name)
-                # The gather copies before the write, so overlapping rows are safe.
-                states[:, :, start:start + len(path)] = states.index_select(2, source)
     kept = [tree.tokens[node] for node in path]
-    kv.crop(start + len(path))
+    kv.keep_rows(start, [start + node for node in path])
     kv.tokens[start:] = kept
 
 

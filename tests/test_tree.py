@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.kv import KVCache
+from engine.kv_static import StaticKVCache
 from engine.models.tiny import build_model
 from engine.tree import TokenTree, greedy_tree_accept
 from engine.tree_kv import tree_attention_mask, tree_position_ids, verify_tree
@@ -40,11 +41,14 @@ def random_tree(rng: random.Random, truth: list[int], kind: str, vocab: int) -> 
     return tree
 
 
+CACHES = {"dynamic": KVCache, "static": lambda model: StaticKVCache(model, mode="eager", capacity=64)}
+
+
 def tree_decode(verifier, prompt: list[int], max_new: int, make_tree, params=SamplingParams(), generator=None,
-                uncached: int = 1):
+                uncached: int = 1, cache: str = "dynamic"):
     """The speculative loop with a tree per pass (the decoder's tree path, spelled out): the first
     pass feeds the prompt's last `uncached` tokens with the tree, later ones the last token."""
-    kv = KVCache(verifier)
+    kv = CACHES[cache](verifier)
     tokens = list(prompt)
     kv.feed_until(tokens, max(0, len(tokens) - uncached))
     while len(tokens) - len(prompt) < max_new:
@@ -61,8 +65,9 @@ def tree_decode(verifier, prompt: list[int], max_new: int, make_tree, params=Sam
     seed=st.integers(0, 1 << 16),
     max_new=st.integers(1, 20),
     uncached=st.integers(1, 6),
+    cache=st.sampled_from(sorted(CACHES)),
 )
-def test_greedy_tree_verification_equals_greedy_decoding(verifier, prompt, kind, seed, max_new, uncached):
+def test_greedy_tree_verification_equals_greedy_decoding(verifier, prompt, kind, seed, max_new, uncached, cache):
     expected = reference(verifier, prompt, max_new + 12, None)
     rng = random.Random(seed)
 
@@ -70,7 +75,7 @@ def test_greedy_tree_verification_equals_greedy_decoding(verifier, prompt, kind,
         done = len(tokens) - len(prompt)
         return random_tree(rng, expected[done:done + 6], kind, TINY_VOCAB)
 
-    output, _ = tree_decode(verifier, prompt, max_new, make_tree, uncached=uncached)
+    output, _ = tree_decode(verifier, prompt, max_new, make_tree, uncached=uncached, cache=cache)
     assert output == expected[:max_new]
 
 
@@ -93,7 +98,8 @@ def assert_states_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
     assert float((actual - expected).abs().max()) <= 1024 * torch.finfo(expected.dtype).eps * scale
 
 
-def test_compacted_cache_equals_the_cache_of_the_accepted_path(verifier):
+@pytest.mark.parametrize("cache", sorted(CACHES))
+def test_compacted_cache_equals_the_cache_of_the_accepted_path(verifier, cache):
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
     expected = reference(verifier, prompt, 30, None)
     rng = random.Random(7)
@@ -102,13 +108,13 @@ def test_compacted_cache_equals_the_cache_of_the_accepted_path(verifier):
         done = len(tokens) - len(prompt)
         return random_tree(rng, expected[done:done + 5], "with_truth", TINY_VOCAB)
 
-    output, kv = tree_decode(verifier, prompt, 24, make_tree, uncached=3)
+    output, kv = tree_decode(verifier, prompt, 24, make_tree, uncached=3, cache=cache)
     fresh = KVCache(verifier)
     fresh.forward(kv.tokens)
-    assert kv.cache.get_seq_length() == len(kv.tokens) == fresh.cache.get_seq_length()
-    for compacted, direct in zip(kv.cache.layers, fresh.cache.layers):
-        assert_states_close(compacted.keys, direct.keys)
-        assert_states_close(compacted.values, direct.values)
+    live = len(kv.tokens)
+    assert live == fresh.cache.get_seq_length()
+    for compacted, direct in zip(kv._layer_states(), fresh._layer_states()):
+        assert_states_close(compacted[:, :, :live], direct)  # a static cache's rows past `live` are stale
 
 
 def test_mask_and_positions_follow_the_tree():
