@@ -75,22 +75,6 @@ def greedy_decision(draft_tokens: list[int], logits: torch.Tensor) -> torch.Tens
     return torch.cat([n.view(1), choices.index_select(0, n.view(1))])  # (indexing by a 0-dim tensor syncs)
 
 
-def speculative_accept(
-    draft_tokens: list[int],
-    draft_probs: torch.Tensor | None,
-    logits: torch.Tensor,
-    params: SamplingParams,
-    generator: torch.Generator | None,
-) -> tuple[int, int]:
-    """Leviathan et al. / Chen et al. rejection sampling.
-
-    Accept d_i with probability min(1, p(d_i) / q(d_i)); at the first rejection sample
-    from normalize(max(0, p - q)); when all are accepted, sample the bonus from p.
-    `draft_probs` None means a deterministic proposal (prompt lookup): q is one-hot.
-    """
-    return _to_host(speculative_decision(draft_tokens, draft_probs, logits, params, generator))
-
-
 def speculative_decision(
     draft_tokens: list[int],
     draft_probs: torch.Tensor | None,
@@ -151,6 +135,11 @@ def accept(
     params: SamplingParams,
     generator: torch.Generator | None,
 ) -> tuple[int, int]:
+    """(drafts accepted, the verifier's next token): greedy keeps drafts while they equal the
+    argmax; sampling is Leviathan et al. / Chen et al. rejection sampling — accept d_i with
+    probability min(1, p(d_i) / q(d_i)), at the first rejection sample from
+    normalize(max(0, p - q)), when all are accepted sample the bonus from p.
+    `draft_probs` None means a deterministic proposal (prompt lookup): q is one-hot."""
     if params.greedy:
         return greedy_accept(draft_tokens, logits)
-    return speculative_accept(draft_tokens, draft_probs, logits, params, generator)
+    return _to_host(speculative_decision(draft_tokens, draft_probs, logits, params, generator))

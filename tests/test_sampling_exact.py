@@ -18,7 +18,7 @@ from scipy.stats import chisquare
 from engine.decoder import GenerationConfig, SpeculativeDecoder
 from engine.drafters import DrafterConfig, make_drafter
 from engine.models.tiny import build_model
-from engine.verify import SamplingParams, probs_from_logits, speculative_accept
+from engine.verify import SamplingParams, accept, probs_from_logits
 
 from support.tiny_models import noisy_copy
 
@@ -95,7 +95,7 @@ def test_residual_is_safe_when_p_equals_q():
     q = probs_from_logits(logits[:1], params)
     generator = torch.Generator().manual_seed(0)
     for _ in range(200):
-        n, token = speculative_accept([1], q, logits, params, generator)
+        n, token = accept([1], q, logits, params, generator)
         assert 0 <= token < 4 and n in (0, 1)
 
 
@@ -104,7 +104,7 @@ def test_rejection_never_resamples_the_rejected_lookup_token():
     logits = torch.tensor([[-30.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
     params = SamplingParams(temperature=1.0)
     generator = torch.Generator().manual_seed(0)
-    outcomes = {speculative_accept([0], None, logits, params, generator) for _ in range(100)}
+    outcomes = {accept([0], None, logits, params, generator) for _ in range(100)}
     assert all(n == 0 and token != 0 for n, token in outcomes)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.verify import SamplingParams, greedy_accept, on_device, speculative_accept
+from engine.verify import SamplingParams, accept, greedy_accept, on_device
 
 
 def logits_choosing(tokens: list[int], vocab: int = 6) -> torch.Tensor:
@@ -32,7 +32,7 @@ def test_sampling_with_a_certain_verifier_behaves_like_greedy():
     generator = torch.Generator().manual_seed(0)
     for q in (None, torch.softmax(logits_choosing([1, 2, 3]), dim=-1)):
         for _ in range(20):
-            assert speculative_accept([1, 2, 3], q, logits, SamplingParams(temperature=1.0), generator) == (2, 0)
+            assert accept([1, 2, 3], q, logits, SamplingParams(temperature=1.0), generator) == (2, 0)
 
 
 def test_sampling_lines_up_vocabularies_padded_differently():
@@ -40,7 +40,7 @@ def test_sampling_lines_up_vocabularies_padded_differently():
     logits = torch.zeros(3, 7)
     q = torch.softmax(torch.zeros(2, 6), dim=-1)
     generator = torch.Generator().manual_seed(1)
-    outcomes = {speculative_accept([1, 2], q, logits, SamplingParams(temperature=1.0), generator) for _ in range(200)}
+    outcomes = {accept([1, 2], q, logits, SamplingParams(temperature=1.0), generator) for _ in range(200)}
     assert all(0 <= n <= 2 and 0 <= token < 7 for n, token in outcomes)
     assert any(token == 6 for _, token in outcomes)  # the verifier-only token is reachable in the residual
 
