@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from engine.errors import PromptError
 from engine.fim import FimTemplate, Segment
+from engine.healing import heal_point
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,11 @@ class PromptParts:
     token_streams: list[list[int]]
     prefix_truncated: bool
     suffix_truncated: bool = False
-    prefix: str = ""  # the prefix and suffix as they went into the prompt
+    prefix: str = ""  # the prefix window and the suffix kept for the prompt
     suffix: str = ""
+    # Token healing: the end of ``prefix`` left out of the prompt text, at the last token
+    # boundary before the cursor; the model retypes it (see engine.healing).
+    healed: str = ""
     other_documents: list[tuple[str, str]] = field(default_factory=list)  # kept (path, trimmed text)
 
 
@@ -111,6 +115,18 @@ class _Encoder:
             log.debug("user text matched a non-special added token; encoding without added tokens")
             ids = self._plain(text)
         return list(ids)
+
+    def chunk_ends(self, text: str) -> set[int] | None:
+        """Where the pre-tokenizer splits ``text`` (BPE never merges across a split)."""
+        backend = getattr(self.tok, "backend_tokenizer", None)
+        if backend is None or backend.pre_tokenizer is None:
+            return None
+        return {end for _, (_, end) in backend.pre_tokenizer.pre_tokenize_str(text)}
+
+    def heal_point(self, text: str) -> int:
+        """Characters to back off the end of ``text`` to a stable token boundary."""
+        has_splits = self.chunk_ends("a") is not None
+        return heal_point(self.encode, text, self.chunk_ends if has_splits else None)
 
     def offsets(self, text: str) -> list[tuple[int, int]]:
         """Character span of each token of ``text`` (for counting and cutting)."""
@@ -214,11 +230,13 @@ def build_prompt(
     other_documents: Sequence[tuple[str, str]] = (),
     budget: ContextBudget | None = None,
     repo_name: str | None = None,
+    heal: bool = False,
 ) -> PromptParts:
     """Render and tokenize a FIM prompt within ``budget``.
 
     ``other_documents`` are (path, text) pairs, most relevant first; those that do not
-    fit are trimmed to their head or dropped, from the end of the list.
+    fit are trimmed to their head or dropped, from the end of the list. ``heal`` backs the
+    prompt up to the last token boundary before the cursor (``PromptParts.healed``).
     """
     budget = budget or ContextBudget()
     control = {template.prefix_token, template.suffix_token, template.middle_token, *template.stop_tokens}
@@ -244,7 +262,9 @@ def build_prompt(
         docs.append((doc_path, kept))
         remaining -= header + len(enc.offsets(kept))
 
-    segments = template.segments(kept_prefix, kept_suffix, path=path, other_documents=docs, repo_name=repo_name)
+    healed = kept_prefix[len(kept_prefix) - enc.heal_point(kept_prefix):] if heal else ""
+    in_prompt = kept_prefix[: len(kept_prefix) - len(healed)]
+    segments = template.segments(in_prompt, kept_suffix, path=path, other_documents=docs, repo_name=repo_name)
     token_ids = _encode_segments(enc, segments)
     text = "".join(s.text for s in segments)
     bos_id = getattr(tokenizer, "bos_token_id", None)
@@ -265,6 +285,7 @@ def build_prompt(
         suffix_truncated=suffix_truncated,
         prefix=kept_prefix,
         suffix=kept_suffix,
+        healed=healed,
         other_documents=docs,
     )
 
