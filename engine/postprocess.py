@@ -1,29 +1,40 @@
 """Post-processing of a raw completion before it is shown as ghost text.
 
-Each filter is a small pure function (text in, text out) with its own table of tests;
-``postprocess`` chains them:
+Every filter has one signature, ``(text, ctx: Context) -> str``, and one name in
+``FILTERS``, the chain ``postprocess`` runs in order (``run_filters`` returns each
+step's output):
 
-0. cut before control characters and U+FFFD (garbage in an editor);
-1. single-line mode keeps the rest of the current line only;
-2. cut where the completion starts reproducing the rest of the current line;
-3. multi-line mode: trim to the syntactic scope the completion started in
-   (tree-sitter where there is a grammar, indentation otherwise), drop degenerate
-   repetition, cut where it reproduces the lines below the cursor;
-4. never answer whitespace only;
-5. range correction: how many characters after the cursor the item replaces (closing
-   brackets/quotes the completion retypes; the rest of a word the cursor sits in).
+- ``cut_at_unprintable``: cut before control characters and U+FFFD (garbage in an editor);
+- ``keep_first_line``: single-line mode keeps the rest of the current line only;
+- ``start_at_cursor_indentation``: at a typed indentation the completion starts with
+  code, and a multi-line one keeps its shape from the cursor's indentation;
+- ``cut_line_suffix_overlap``: cut where it starts reproducing the rest of the line;
+- ``trim_to_scope``: multi-line, stop where it leaves the block it started in
+  (tree-sitter where there is a grammar, indentation otherwise);
+- ``drop_repeated_lines``: cut degenerate repetition;
+- ``cut_suffix_lines_overlap``: cut where it repeats the lines below the cursor, at
+  whatever indentation;
+- ``trim_trailing_blanks``, ``drop_whitespace_only``: never blanks at the end of a
+  line, never whitespace only.
 
-Every filter only cuts, so the answer is always a prefix of the raw completion, plus at
-most the closing characters the range correction re-appends (they were already on the
-line and the item's range replaces them).
+Then ``correct_range`` decides how many characters after the cursor the item replaces
+(closing brackets/quotes the completion retypes; the rest of a word the cursor sits in).
+
+Filters only remove characters: the answer is the raw completion cut short, less blanks
+at the start of its lines (``start_at_cursor_indentation``), plus at most the closing
+characters the range correction re-appends (they were already on the line and the
+item's range replaces them). The chain's golden files are tests/golden/postprocess/.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from dataclasses import dataclass
+from typing import Callable
 
+from engine.range_correction import PostprocessedCompletion, correct_range
 from engine.syntax import (
     INDENT_LANGUAGES,
     NEAR_CHARS,
@@ -43,15 +54,7 @@ MIN_OVERLAP_CHARS = 3  # shortest reproduction of the line's rest that counts
 SUFFIX_LINES_COMPARED = 3
 
 _WORD = re.compile(r"\w")
-_WORD_AT_START = re.compile(r"\w+")
-_PAIRS = {"(": ")", "[": "]", "{": "}"}
-_QUOTES = "\"'`"
-
-
-@dataclass
-class PostprocessedCompletion:
-    text: str
-    replace_after: int = 0  # chars after the cursor, on the cursor's line, that text replaces
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufffd]")
 
 
 # -- stop strings for the decoder --------------------------------------------------------
@@ -88,21 +91,73 @@ def stop_strings_for(suffix: str, multiline: bool) -> list[str]:
     return stops
 
 
-# -- filters ---------------------------------------------------------------------------
+# -- filters: every one is (text, context) -> text, and only cuts -----------------------------
 
 
-def keep_first_line(text: str) -> str:
+@dataclass(frozen=True)
+class Context:
+    """What every filter may look at: the document around the cursor and the mode."""
+
+    prefix: str
+    suffix: str
+    language: str | None
+    multiline: bool
+
+    @functools.cached_property
+    def line_before(self) -> str:
+        return current_line_parts(self.prefix, "")[0]
+
+    @functools.cached_property
+    def line_after(self) -> str:
+        return current_line_parts("", self.suffix)[1]
+
+    @property
+    def at_indentation(self) -> bool:
+        """The cursor ends the indentation the user typed (blanks only before it)."""
+        return bool(self.line_before) and not self.line_before.strip()
+
+
+Filter = Callable[[str, Context], str]
+
+
+def cut_at_unprintable(text: str, ctx: Context) -> str:
+    """Stop before a control character or U+FFFD: no source code wants them, and an editor
+    shows them as garbage (U+FFFD is also what half of a multi-byte character decodes to)."""
+    match = _UNPRINTABLE.search(text)
+    return text if match is None else text[: match.start()]
+
+
+def keep_first_line(text: str, ctx: Context) -> str:
     """Single-line mode: the rest of the current line only."""
-    return text.split("\n", 1)[0]
+    return text if ctx.multiline else text.split("\n", 1)[0]
 
 
-def cut_line_suffix_overlap(text: str, line_after: str) -> str:
+def start_at_cursor_indentation(text: str, ctx: Context) -> str:
+    """At a typed indentation, the completion starts with code, not more blanks.
+
+    Blanks there would begin a deeper line than the one the user is on (the model writing
+    the *next* line). The block is shifted left by the extra blanks: following lines that
+    carry them (after the cursor's indentation) lose them too, so it keeps its shape.
+    """
+    if not ctx.at_indentation:
+        return text
+    first = text.split("\n", 1)[0]
+    extra = first[: len(first) - len(first.lstrip(" \t"))]
+    if not extra:
+        return text
+    lines = text.split("\n")
+    deeper = ctx.line_before + extra
+    shifted = [ctx.line_before + ln[len(deeper):] if ln.startswith(deeper) else ln for ln in lines[1:]]
+    return "\n".join([first[len(extra):], *shifted])
+
+
+def cut_line_suffix_overlap(text: str, ctx: Context) -> str:
     """Cut where the completion starts reproducing the rest of the current line.
 
     ``foo(|, b)`` + ``a, b)`` → ``a``. Closing-only rests (``)``, ``")``) are left to
     the range correction, which keeps what the completion adds after them.
     """
-    rest = line_after.rstrip()
+    rest = ctx.line_after.rstrip()
     if not rest.strip() or only_closers(rest):
         return text
     first = text.split("\n", 1)[0]
@@ -116,60 +171,21 @@ def cut_line_suffix_overlap(text: str, line_after: str) -> str:
     return text
 
 
-def cut_suffix_lines_overlap(text: str, line_before: str, suffix: str) -> str:
-    """Cut where the completion's lines repeat the lines right below the cursor.
-
-    Compared whole lines, indentation included, so an inner ``  }`` does not match the
-    outer ``}`` below. The first line counts only when the cursor's line is blank.
-    """
-    below = [ln.rstrip() for ln in _lines_below(suffix)[:SUFFIX_LINES_COMPARED]]
-    if not below:
+def trim_to_scope(text: str, ctx: Context) -> str:
+    """Multi-line: stop when the completion leaves its block (tree-sitter, else indentation)."""
+    if not ctx.multiline or "\n" not in text:
         return text
-    lines = text.split("\n")
-    full = [line_before + lines[0], *lines[1:]]
-    start = 0 if not line_before.strip() else 1
-    for i in range(start, len(lines)):
-        if not full[i].strip():
-            continue
-        ahead = [ln.rstrip() for ln in full[i:] if ln.strip()]
-        n = min(len(ahead), len(below))
-        if ahead[:n] == below[:n]:
-            return "\n".join(lines[:i])
-    return text
+    try:
+        end = scope_end(ctx.prefix, text, ctx.suffix, ctx.language)
+    except Exception:  # a parser hiccup must not lose the completion
+        log.exception("scope trimming failed; using indentation")
+        end = None
+    if end is not None:
+        return text[:end]
+    return trim_to_scope_by_indentation(text, ctx)
 
 
-def drop_repeated_lines(text: str, line_before: str = "", min_repeats: int = MIN_REPEATS) -> str:
-    """Cut degenerate repetition: a line or block of lines ``min_repeats`` times in a row.
-
-    The first occurrence is kept, the rest (and everything after) dropped. Lines with
-    no word characters (``}``, ``)``) never count as repetition. The first line is
-    compared as the whole cursor line (``line_before`` + its text).
-    """
-    lines = text.split("\n")
-    lines[0] = line_before + lines[0]
-    for i in range(len(lines)):
-        for period in range(1, MAX_REPEAT_BLOCK + 1):
-            block = lines[i : i + period]
-            if len(block) < period or not any(_WORD.search(ln) for ln in block):
-                continue
-            count = 1
-            while lines[i + count * period : i + (count + 1) * period] == block:
-                count += 1
-            if count >= min_repeats:
-                return "\n".join(lines[: i + period])[len(line_before) :]
-    return text
-
-
-def _continues_block(line: str, language: str | None) -> bool:
-    """``} else {``, ``else:``, ``elif x:``, ``except E:`` continue the same statement."""
-    s = line.strip()
-    if language in INDENT_LANGUAGES or language is None:
-        if re.match(r"(elif\b.*|else|except\b.*|finally|case\b.*):$", s):
-            return True
-    return s[:1] in ")]}" and line_opens_block(s, language)
-
-
-def trim_to_scope_by_indentation(text: str, line_before: str, language: str | None) -> str:
+def trim_to_scope_by_indentation(text: str, ctx: Context) -> str:
     """Stop when the completion leaves the block it started in, judged by indentation.
 
     The reference is the cursor's line completed with the first line of ``text`` (or,
@@ -178,6 +194,7 @@ def trim_to_scope_by_indentation(text: str, line_before: str, language: str | No
     not, the first line indented less than it does. A closing bracket line that ends
     the block is kept (in brace languages), the rest dropped.
     """
+    line_before, language = ctx.line_before, ctx.language
     lines = (line_before + text).split("\n")
     first = next((i for i, ln in enumerate(lines) if ln.strip()), None)
     if first is None:
@@ -200,138 +217,122 @@ def trim_to_scope_by_indentation(text: str, line_before: str, language: str | No
     return text
 
 
-def trim_to_scope(text: str, prefix: str, suffix: str, language: str | None) -> str:
-    """Stop when the completion leaves its block: tree-sitter, else indentation."""
-    if "\n" not in text:
+def drop_repeated_lines(text: str, ctx: Context) -> str:
+    """Cut degenerate repetition: a line or block of lines ``MIN_REPEATS`` times in a row.
+
+    The first occurrence is kept, the rest (and everything after) dropped. Lines with
+    no word characters (``}``, ``)``) never count as repetition. The first line is
+    compared as the whole cursor line.
+    """
+    lines = text.split("\n")
+    lines[0] = ctx.line_before + lines[0]
+    for i in range(len(lines)):
+        for period in range(1, MAX_REPEAT_BLOCK + 1):
+            block = lines[i : i + period]
+            if len(block) < period or not any(_WORD.search(ln) for ln in block):
+                continue
+            count = 1
+            while lines[i + count * period : i + (count + 1) * period] == block:
+                count += 1
+            if count >= MIN_REPEATS:
+                return "\n".join(lines[: i + period])[len(ctx.line_before) :]
+    return text
+
+
+def _continues_block(line: str, language: str | None) -> bool:
+    """``} else {``, ``else:``, ``elif x:``, ``except E:`` continue the same statement."""
+    s = line.strip()
+    if language in INDENT_LANGUAGES or language is None:
+        if re.match(r"(elif\b.*|else|except\b.*|finally|case\b.*):$", s):
+            return True
+    return s[:1] in ")]}" and line_opens_block(s, language)
+
+
+def _same_line(ours: str, theirs: str) -> bool:
+    """Lines equal up to indentation; bracket-only lines (``}``) must match indentation too,
+    so an inner ``  }`` is not the outer ``}`` below."""
+    if not _WORD.search(theirs):
+        return ours.rstrip() == theirs.rstrip()
+    return ours.strip() == theirs.strip()
+
+
+def cut_suffix_lines_overlap(text: str, ctx: Context) -> str:
+    """Cut where the completion's lines repeat the lines right below the cursor.
+
+    Compared with indentation normalised: a model that writes the suffix's next line
+    one level off (``for`` at 8 spaces, the suffix's ``if`` re-indented) is repeating it.
+    The first line counts only when the cursor's line is blank before the cursor.
+    """
+    below = [ln for ln in _lines_below(ctx.suffix)[:SUFFIX_LINES_COMPARED]]
+    if not below:
         return text
-    end = scope_end(prefix, text, suffix, language)
-    if end is not None:
-        return text[:end]
-    line_before, _ = current_line_parts(prefix, suffix)
-    return trim_to_scope_by_indentation(text, line_before, language)
+    lines = text.split("\n")
+    full = [ctx.line_before + lines[0], *lines[1:]]
+    start = 0 if not ctx.line_before.strip() else 1
+    for i in range(start, len(lines)):
+        if not full[i].strip():
+            continue
+        ahead = [ln for ln in full[i:] if ln.strip()]
+        n = min(len(ahead), len(below))
+        if all(_same_line(a, b) for a, b in zip(ahead[:n], below[:n])):
+            return "\n".join(lines[:i])
+    return text
 
 
-_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufffd]")
+def trim_trailing_blanks(text: str, ctx: Context) -> str:
+    """At the end of a line, no trailing blanks. Before text that stays on the line (it
+    moves below a multi-line completion), keep one final newline and the indentation the
+    model chose for it; further blank lines go."""
+    if not ctx.line_after.strip():
+        return text.rstrip()
+    if not ctx.multiline:
+        return text
+    body = text.rstrip(" \t\n")
+    tail = text[len(body) :]
+    if tail.count("\n") > 1:
+        return body + tail[: tail.index("\n") + 1]  # cut after the first newline: still a prefix
+    return text
 
 
-def cut_at_unprintable(text: str) -> str:
-    """Stop before a control character or U+FFFD: no source code wants them, and an editor
-    shows them as garbage (U+FFFD is also what half of a multi-byte character decodes to)."""
-    match = _UNPRINTABLE.search(text)
-    return text if match is None else text[: match.start()]
-
-
-def drop_whitespace_only(text: str) -> str:
+def drop_whitespace_only(text: str, ctx: Context) -> str:
     return text if text.strip() else ""
 
 
-# -- range correction --------------------------------------------------------------------
-
-
-def _match_closers(text: str, closers: str) -> tuple[int, int]:
-    """How many leading non-space chars of ``closers`` the completion types itself.
-
-    Scans ``text`` tracking the brackets and strings it opens; a closing bracket or
-    quote at depth zero is the completion retyping the next char of ``closers``.
-    Returns (matched count, index in ``closers`` just after the last match).
-    """
-    expected = [(i, c) for i, c in enumerate(closers) if not c.isspace()]
-    k = 0
-    pos = 0
-    stack: list[str] = []
-    in_str: str | None = None
-    # Cursor inside a string (`print("|")`): the first matching quote closes it.
-    if expected and expected[0][1] in _QUOTES:
-        in_str = expected[0][1]
-    prev = ""
-    for ch in text:
-        if k == len(expected):
-            break
-        want = expected[k][1]
-        if in_str is not None:
-            if ch == in_str and prev != "\\":
-                if not stack and k == 0 and want == ch:
-                    k, pos = 1, expected[0][0] + 1
-                in_str = None
-        elif ch in _PAIRS:
-            stack.append(_PAIRS[ch])
-        elif ch in ")]}":
-            if stack and stack[-1] == ch:
-                stack.pop()
-            elif not stack and ch == want:
-                k, pos = k + 1, expected[k][0] + 1
-        elif ch in _QUOTES:
-            if not stack and ch == want:
-                k, pos = k + 1, expected[k][0] + 1
-            else:
-                in_str = ch
-        elif not stack and ch == want:  # ; , : .
-            k, pos = k + 1, expected[k][0] + 1
-        prev = ch if prev != "\\" else ""
-    return k, pos
-
-
-def correct_range(text: str, line_after: str) -> PostprocessedCompletion:
-    """Decide how many chars after the cursor the item replaces.
-
-    - cursor before closing brackets/quotes (``foo(|)``): when the completion types
-      them itself, replace them, re-appending any it left out;
-    - cursor inside a word (``pri|nt``): when the completion starts by retyping the
-      rest of the word, replace that rest.
-    """
-    if not text or not line_after:
-        return PostprocessedCompletion(text, 0)
-    word = _WORD_AT_START.match(line_after)
-    if word:
-        if text.startswith(word.group()):
-            return PostprocessedCompletion(text, len(word.group()))
-        return PostprocessedCompletion(text, 0)
-    closers = line_after.rstrip()
-    if not closers or not only_closers(closers):
-        return PostprocessedCompletion(text, 0)
-    matched, pos = _match_closers(text, closers)
-    if matched == 0:
-        return PostprocessedCompletion(text, 0)
-    return PostprocessedCompletion(text + closers[pos:], len(closers))
+# The chain, in order; each step is named for traces and tests.
+FILTERS: tuple[tuple[str, Filter], ...] = (
+    ("cut_at_unprintable", cut_at_unprintable),
+    ("keep_first_line", keep_first_line),
+    ("start_at_cursor_indentation", start_at_cursor_indentation),
+    ("cut_line_suffix_overlap", cut_line_suffix_overlap),
+    ("trim_to_scope", trim_to_scope),
+    ("drop_repeated_lines", drop_repeated_lines),
+    ("cut_suffix_lines_overlap", cut_suffix_lines_overlap),
+    ("trim_trailing_blanks", trim_trailing_blanks),
+    ("drop_whitespace_only", drop_whitespace_only),
+)
 
 
 # -- entry point ---------------------------------------------------------------------------
+
+
+def run_filters(text: str, ctx: Context) -> list[tuple[str, str]]:
+    """Every step's output in order, as (step name, text): a trace of the chain."""
+    trace = []
+    for name, step in FILTERS:
+        text = step(text, ctx)
+        trace.append((name, text))
+    return trace
 
 
 def postprocess(
     completion: str, *, prefix: str, suffix: str, language: str | None, multiline: bool
 ) -> PostprocessedCompletion:
     """Turn a raw completion into what the editor shows (see the module docstring)."""
-    empty = PostprocessedCompletion("", 0)
-    if not completion.strip():
-        return empty
-    line_before, line_after = current_line_parts(prefix, suffix)
-    text = cut_at_unprintable(completion)
-    if not multiline:
-        text = keep_first_line(text)
-    text = cut_line_suffix_overlap(text, line_after)
-    if multiline and "\n" in text:
-        try:
-            text = trim_to_scope(text, prefix, suffix, language)
-        except Exception:  # a parser hiccup must not lose the completion
-            log.exception("scope trimming failed; using indentation")
-            text = trim_to_scope_by_indentation(text, line_before, language)
-        text = drop_repeated_lines(text, line_before)
-        text = cut_suffix_lines_overlap(text, line_before, suffix)
-    if not line_after.strip():
-        text = text.rstrip()
-    elif multiline:
-        # The rest of the line moves below the completion: keep a final newline and the
-        # indentation the model chose for it; trailing blank lines go (cut after the
-        # first newline, so the answer stays a prefix of the completion).
-        body = text.rstrip(" \t\n")
-        tail = text[len(body) :]
-        if tail.count("\n") > 1:
-            text = body + tail[: tail.index("\n") + 1]
-    text = drop_whitespace_only(text)
+    ctx = Context(prefix, suffix, language, multiline)
+    text = run_filters(completion, ctx)[-1][1] if completion.strip() else ""
     if not text:
-        return empty
-    result = correct_range(text, line_after)
-    if result.text == line_after[: result.replace_after] or not result.text.strip():
-        return empty  # the item would change nothing
+        return PostprocessedCompletion("", 0)
+    result = correct_range(text, ctx.line_after)
+    if result.text == ctx.line_after[: result.replace_after] or not result.text.strip():
+        return PostprocessedCompletion("", 0)  # the item would change nothing
     return result

@@ -1,25 +1,43 @@
-"""Post-processing filters: one table per filter, then the whole chain, then properties."""
+"""Post-processing: one table per filter, the whole chain in golden files, then properties.
+
+Every filter is called as the chain calls it, ``(text, Context)``. The chain's cases live in
+tests/golden/postprocess/*.txt: a header (language, multiline, replaces), the document with
+``║`` at the cursor, the raw completion and what the editor shows.
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.postprocess import (
-    PostprocessedCompletion,
-    correct_range,
+    FILTERS,
+    Context,
+    cut_at_unprintable,
     cut_line_suffix_overlap,
     cut_suffix_lines_overlap,
     drop_repeated_lines,
-    cut_at_unprintable,
     drop_whitespace_only,
     keep_first_line,
     postprocess,
+    run_filters,
+    start_at_cursor_indentation,
     stop_strings_for,
     trim_to_scope,
     trim_to_scope_by_indentation,
+    trim_trailing_blanks,
 )
+from engine.range_correction import PostprocessedCompletion, correct_range
+
+GOLDEN = Path(__file__).parent / "golden" / "postprocess"
+CURSOR = "║"
+
+
+def ctx(prefix: str = "", suffix: str = "", language: str | None = "python", multiline: bool = True) -> Context:
+    return Context(prefix, suffix, language, multiline)
 
 # -- stop strings ---------------------------------------------------------------------------
 
@@ -50,7 +68,8 @@ def test_stop_strings_for(suffix, multiline, expected):
     [("a + b", "a + b"), ("a + b\nc = 1", "a + b"), ("\nfoo()", ""), ("", "")],
 )
 def test_keep_first_line(text, expected):
-    assert keep_first_line(text) == expected
+    assert keep_first_line(text, ctx(multiline=False)) == expected
+    assert keep_first_line(text, ctx(multiline=True)) == text
 
 
 # -- reproducing the rest of the line --------------------------------------------------------
@@ -74,7 +93,7 @@ LINE_OVERLAP_TABLE = [
 
 @pytest.mark.parametrize("completion, line_after, expected", LINE_OVERLAP_TABLE)
 def test_cut_line_suffix_overlap(completion, line_after, expected):
-    assert cut_line_suffix_overlap(completion, line_after) == expected
+    assert cut_line_suffix_overlap(completion, ctx(suffix=line_after + "\nnext_line()\n")) == expected
 
 
 # -- repeating the lines below the cursor -------------------------------------------------------
@@ -111,7 +130,7 @@ SUFFIX_LINES_TABLE = [
 
 @pytest.mark.parametrize("completion, line_before, suffix, expected", SUFFIX_LINES_TABLE)
 def test_cut_suffix_lines_overlap(completion, line_before, suffix, expected):
-    assert cut_suffix_lines_overlap(completion, line_before, suffix) == expected
+    assert cut_suffix_lines_overlap(completion, ctx("header\n" + line_before, suffix)) == expected
 
 
 # -- repetition -----------------------------------------------------------------------------------
@@ -130,7 +149,7 @@ REPEAT_TABLE = [
 
 @pytest.mark.parametrize("completion, line_before, expected", REPEAT_TABLE)
 def test_drop_repeated_lines(completion, line_before, expected):
-    assert drop_repeated_lines(completion, line_before) == expected
+    assert drop_repeated_lines(completion, ctx("header\n" + line_before)) == expected
 
 
 # -- syntactic scope by indentation (fallback) ---------------------------------------------------
@@ -155,7 +174,7 @@ INDENT_SCOPE_TABLE = [
 
 @pytest.mark.parametrize("completion, line_before, language, expected", INDENT_SCOPE_TABLE)
 def test_trim_to_scope_by_indentation(completion, line_before, language, expected):
-    assert trim_to_scope_by_indentation(completion, line_before, language) == expected
+    assert trim_to_scope_by_indentation(completion, ctx("\n" + line_before, language=language)) == expected
 
 
 TREE_SCOPE_TABLE = [
@@ -174,7 +193,8 @@ TREE_SCOPE_TABLE = [
 
 @pytest.mark.parametrize("prefix, completion, suffix, language, expected", TREE_SCOPE_TABLE)
 def test_trim_to_scope(prefix, completion, suffix, language, expected):
-    assert trim_to_scope(completion, prefix, suffix, language) == expected
+    assert trim_to_scope(completion, ctx(prefix, suffix, language)) == expected
+    assert trim_to_scope(completion, ctx(prefix, suffix, language, multiline=False)) == completion
 
 
 # -- whitespace ---------------------------------------------------------------------------------
@@ -188,12 +208,45 @@ def test_trim_to_scope(prefix, completion, suffix, language, expected):
     ("\x01", ""),
 ])
 def test_cut_at_unprintable(text, expected):
-    assert cut_at_unprintable(text) == expected
+    assert cut_at_unprintable(text, ctx()) == expected
 
 
 @pytest.mark.parametrize("text, expected", [("", ""), ("  \n\t\n", ""), (" x ", " x ")])
 def test_drop_whitespace_only(text, expected):
-    assert drop_whitespace_only(text) == expected
+    assert drop_whitespace_only(text, ctx()) == expected
+
+
+TRAILING_TABLE = [
+    # (completion, rest of the line after the cursor, multiline, expected)
+    ("1 ", "", False, "1"),  # the end of a line: no trailing blanks
+    ("a()\n\n", "\n", True, "a()"),
+    ("\n  a();\n\n\n", "}", True, "\n  a();\n"),  # "}" moves below: one newline stays
+    ("\n  a();\n  ", "}", True, "\n  a();\n  "),  # with the indentation the model chose
+    ("x ", ", y)", False, "x "),  # mid-line, blanks are part of the code
+]
+
+
+@pytest.mark.parametrize("completion, line_after, multiline, expected", TRAILING_TABLE)
+def test_trim_trailing_blanks(completion, line_after, multiline, expected):
+    assert trim_trailing_blanks(completion, ctx("x = ", line_after, multiline=multiline)) == expected
+
+
+INDENTATION_TABLE = [
+    # (completion, line before the cursor, multiline, expected)
+    ("    for x in xs:", "        ", False, "for x in xs:"),  # the model wrote a deeper line
+    ("\tif x:", "\t", False, "if x:"),  # go, tabs
+    ("for x in xs:", "        ", False, "for x in xs:"),
+    ("  x = 1", "x =", False, "  x = 1"),  # mid-line blanks are code
+    ("    x = 1", "", False, "    x = 1"),  # column 0: the indentation is the completion's
+    ("    total = 0\n        for x in xs:\n            total += x\n    return 1", "    ", True,
+     "total = 0\n    for x in xs:\n        total += x\n    return 1"),  # the block keeps its shape
+    ("\n    x = 1", "    ", True, "\n    x = 1"),  # a first line break is not indentation
+]
+
+
+@pytest.mark.parametrize("completion, line_before, multiline, expected", INDENTATION_TABLE)
+def test_start_at_cursor_indentation(completion, line_before, multiline, expected):
+    assert start_at_cursor_indentation(completion, ctx("def f(xs):\n" + line_before, multiline=multiline)) == expected
 
 
 # -- range correction ----------------------------------------------------------------------------
@@ -226,39 +279,58 @@ def test_correct_range(completion, line_after, text, replace_after):
     assert correct_range(completion, line_after) == PostprocessedCompletion(text, replace_after)
 
 
-# -- the whole chain -------------------------------------------------------------------------------
-
-PIPELINE_TABLE = [
-    # (completion, prefix, suffix, language, multiline, expected text, replace_after)
-    ("a, b)\n\nprint(x)", "foo(", ")\n", "python", False, "a, b)", 1),
-    ("   \n ", "x = ", "\n", "python", True, "", 0),
-    ("", "x = ", "\n", "python", False, "", 0),
-    ("\n    return a + b\n\ndef mul(a, b):\n    return a * b", "def add(a, b):", "\n", "python", True,
-     "\n    return a + b", 0),
-    ("return 1\n    return 1\n    return 1", "def f():\n    ", "", "python", True, "return 1", 0),
-    ("result = []\n    return result", "def f():\n    ", "\n    return result\n", "python", True, "result = []", 0),
-    ("x", "a = f(", ", y)\n", "python", False, "x", 0),
-    ("x, y)", "a = f(", ", y)\n", "python", False, "x", 0),
-    ("nt(x)", "pri", "nt(x)\n", "python", False, "", 0),  # reproduces the line: nothing to add
-    ("1 ", "x = ", "", "python", False, "1", 0),  # trailing blanks at the end of a line go
-    ("\n  return a + b;\n}\n\nfunction mul() {}", "function add(a, b) {", "}\n", "javascript", True,
-     "\n  return a + b;\n}", 1),
-    ("a();\n}\n", "function f() {\n  ", "\n}\n", "javascript", True, "a();", 0),
-    ("\n  a();\n\n\n", "function f() {", "}", "javascript", True, "\n  a();\n", 0),
-    ("name: string;\n  age: number;\n}\n\nexport const x = 1;", "interface P {\n  ", "\n}\n", "typescript", True,
-     "name: string;\n  age: number;", 0),
-    ('"hello")\n\tos.Exit(1)', "\tfmt.Println(", ")\n}", "go", False, '"hello")', 1),
-    ("\n\tfmt.Println(x)\n}\n\nfunc other() {}", "func main() {", "}", "go", True, "\n\tfmt.Println(x)\n}", 1),
-    ("let y = x + 1;\n    y\n}\n\nfn g() {}", "fn f(x: i32) -> i32 {\n    ", "\n}\n", "rust", True,
-     "let y = x + 1;\n    y", 0),
-    ("\"{}\", v);", "    println!(", ");\n", "rust", False, "\"{}\", v);", 2),
-]
+# -- the whole chain: golden files ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("completion, prefix, suffix, language, multiline, text, replace_after", PIPELINE_TABLE)
-def test_postprocess(completion, prefix, suffix, language, multiline, text, replace_after):
-    got = postprocess(completion, prefix=prefix, suffix=suffix, language=language, multiline=multiline)
-    assert got == PostprocessedCompletion(text, replace_after)
+def load_golden(path: Path) -> dict:
+    """A golden case: header lines (``key: value``, ``#`` comments), then ``=== document``,
+    ``=== completion`` and ``=== shown`` sections. A section is taken verbatim, less the
+    newline before the next ``===`` line (so a section ending in a newline has a blank line)."""
+    head, *sections = path.read_text(encoding="utf-8").split("\n=== ")
+    case = {"replaces": "0"}
+    for line in head.splitlines():
+        if line.strip() and not line.startswith("#"):
+            key, _, value = line.partition(":")
+            case[key.strip()] = value.strip()
+    for section in sections:
+        title, _, body = section.partition("\n")
+        case[title.split()[0]] = body.removesuffix("\n")
+    prefix, _, suffix = case["document"].partition(CURSOR)
+    assert CURSOR in case["document"], f"{path.name}: no {CURSOR} in the document"
+    language = None if case["language"] == "none" else case["language"]
+    return dict(prefix=prefix, suffix=suffix, language=language, multiline=case["multiline"] == "true",
+                completion=case["completion"], shown=case["shown"], replaces=int(case["replaces"]))
+
+
+GOLDEN_CASES = sorted(GOLDEN.glob("*.txt"))
+
+
+def test_there_are_golden_cases_for_every_language():
+    languages = {load_golden(p)["language"] for p in GOLDEN_CASES}
+    assert {"python", "javascript", "typescript", "go", "rust"} <= languages
+
+
+@pytest.mark.parametrize("path", GOLDEN_CASES, ids=[p.stem for p in GOLDEN_CASES])
+def test_postprocess_golden(path):
+    case = load_golden(path)
+    got = postprocess(case["completion"], prefix=case["prefix"], suffix=case["suffix"], language=case["language"],
+                      multiline=case["multiline"])
+    trace = run_filters(case["completion"], Context(case["prefix"], case["suffix"], case["language"], case["multiline"]))
+    steps = "\n".join(f"  {name}: {text!r}" for name, text in trace)
+    assert (got.text, got.replace_after) == (case["shown"], case["replaces"]), f"{path.name}, step by step:\n{steps}"
+
+
+def test_filters_have_one_signature_and_unique_names():
+    names = [name for name, _ in FILTERS]
+    assert len(set(names)) == len(names) and all(step.__name__ == name for name, step in FILTERS)
+    c = ctx("def f():\n    ", "\n    return 1\n")
+    assert all(isinstance(step("x = 1\n", c), str) for _, step in FILTERS)
+
+
+def test_empty_and_whitespace_only_completions_show_nothing():
+    for completion in ("", "   \n "):
+        assert postprocess(completion, prefix="x = ", suffix="\n", language="python", multiline=True) == \
+            PostprocessedCompletion("", 0)
 
 
 # -- properties ---------------------------------------------------------------------------------------
@@ -286,11 +358,19 @@ def test_postprocess_properties(completion, prefix, suffix, language, multiline)
         assert got.replace_after == 0
     if not multiline:
         assert "\n" not in got.text
-    # A prefix of the completion, plus at most closers that were already on the line.
+    line_before = prefix.rsplit("\n", 1)[-1]
+    if line_before and not line_before.strip():
+        assert got.text[:1] not in (" ", "\t"), "at a typed indentation, code comes first"
+    # The completion cut short (less blanks at line starts), plus at most closers already on the line.
     replaced = line_after[: got.replace_after]
     assert any(
-        completion.startswith(got.text[:k]) and replaced.endswith(got.text[k:]) for k in range(len(got.text) + 1)
+        unindented(completion).startswith(unindented(got.text[:k])) and replaced.endswith(got.text[k:])
+        for k in range(len(got.text) + 1)
     )
+
+
+def unindented(text: str) -> str:
+    return "\n".join(line.lstrip(" \t") for line in text.split("\n"))
 
 
 def test_huge_document_is_only_parsed_near_the_cursor(monkeypatch):
@@ -310,3 +390,20 @@ def test_huge_document_is_only_parsed_near_the_cursor(monkeypatch):
     assert got.text == "return 1"
     assert seen and max(seen) <= syntax.WINDOW_PREFIX_CHARS + syntax.WINDOW_SUFFIX_CHARS + 100
     assert stop_strings_for("\n\n" + body, True) == ["\ndef f0(x):\n"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    cursor_indent=st.sampled_from(["", "    ", "        ", "\t"]),
+    line_indent=st.sampled_from(["", "    ", "        ", "            ", "\t\t"]),
+    extra=st.sampled_from(["", "    ", "  "]),
+    line=st.sampled_from(["if idx != idx2:", "return total", "for x in xs:", "total += x"]),
+    multiline=st.booleans(),
+)
+def test_never_repeats_the_suffix_first_line_at_another_indentation(cursor_indent, line_indent, extra, line, multiline):
+    prefix = "def f(xs):\n    total = 0\n" + cursor_indent
+    suffix = "\n" + line_indent + line + "\n    return xs\n"
+    completions = [extra + line, f"x = 1\n{line_indent}{line}"] if multiline else [extra + line]
+    for completion in completions:
+        got = postprocess(completion, prefix=prefix, suffix=suffix, language="python", multiline=multiline)
+        assert line not in [shown.strip() for shown in got.text.split("\n")], (completion, got)
