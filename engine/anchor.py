@@ -27,6 +27,7 @@ class Anchor:
     suffix: str  # and after it
     token_ids: list[int]  # the rendered FIM prompt, ending at the middle token
     token_streams: list[list[int]]  # lookup streams of that prompt (suffix, other documents)
+    healed: str = ""  # the end of the prefix left out of the prompt (token healing): the middle starts with it
 
 
 def typed_since(anchor: Anchor, path: str, prefix: str, suffix: str) -> str | None:

@@ -21,15 +21,16 @@ from engine.decoder import GenerationConfig, GenerationResult, SpeculativeDecode
 from engine.drafters import DrafterConfig, make_drafter
 from engine.errors import ModelError, PromptError
 from engine.fim import FimTemplate, detect_fim_template
+from engine.healing import after_healed, healing_constraint, skip_chars, stops_outside
 from engine.kv import PREFILL_CHUNK
 from engine.kv_static import cache_factory
 from engine.medusa.store import find_heads
 from engine.models.loading import LoadedModel, check_pair, load_model
 from engine.modes import check_drafter, needs_draft_model
 from engine.postprocess import postprocess, stop_strings_for
-from engine.prompt import ContextBudget, build_prompt, encode_middle
+from engine.prompt import ContextBudget, build_prompt, encode_middle, heal_middle
 from engine.stats import DecodeStats
-from engine.syntax import decide_multiline, language_from
+from engine.syntax import current_line_parts, decide_multiline, language_from
 from engine.verify import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -223,21 +224,26 @@ class CompletionEngine:
             seed=request.seed,
             max_draft_tokens=self.max_draft_tokens,
             eos_token_ids=self.stop_token_ids(self.template.stop_tokens),
-            stop_strings=stop_strings_for(request.suffix, multiline),
+            stop_strings=stops_outside(stop_strings_for(request.suffix, multiline), prompt.healed),
             deadline=deadline, prefill_chunk=self.prefill_chunk,
+            # Token healing: the output first retypes the end of the text the prompt left out.
+            constraint=healing_constraint(self.tokenizer, prompt.healed, self.verifier.model.config.vocab_size,
+                                          current_line_parts(request.prefix, "")[0]),
         )
 
         def finish(result: GenerationResult) -> CompletionResult:
-            shown = postprocess(result.text, prefix=request.prefix, suffix=request.suffix,
-                                language=language, multiline=multiline)
+            text = after_healed(result.text, prompt.healed)  # what follows the cursor
+            shown = postprocess(text, prefix=request.prefix, suffix=request.suffix, language=language,
+                                multiline=multiline)
             return CompletionResult(
-                text=shown.text, replace_after=shown.replace_after, raw_text=result.text,
+                text=shown.text, replace_after=shown.replace_after, raw_text=text,
                 token_ids=result.token_ids, stop_reason=result.stop_reason, multiline=multiline,
                 prompt_tokens=len(prompt.token_ids), stats=copy.deepcopy(result.stats), anchored=prompt.anchored,
             )
 
         on_deadline = (lambda partial: on_answer(finish(partial))) if on_answer is not None else None
-        result = self._run(prompt.token_ids, config, prompt.token_streams, cancel, on_text, on_deadline)
+        result = self._run(prompt.token_ids, config, prompt.token_streams, cancel,
+                           skip_chars(on_text, len(prompt.healed)), on_deadline)
         self._last_output[request.path or ""] = list(result.token_ids)
         return finish(result)
 
@@ -259,13 +265,16 @@ class CompletionEngine:
         typed = typed_since(anchor, path, request.prefix, request.suffix) if anchor is not None else None
         if typed is None:
             parts = self._fresh_prompt(request)
-            anchor = Anchor(path, request.prefix, request.suffix, parts.token_ids, parts.token_streams)
+            anchor = Anchor(path, request.prefix, request.suffix, parts.token_ids, parts.token_streams, parts.healed)
             self._anchors[path] = anchor
             typed = ""
-        ids = anchor.token_ids + encode_middle(self.tokenizer, self.template, typed)
+        # The middle so far is what healing cut off the anchor's prefix plus what was typed since;
+        # its own end is healed in turn (engine.healing).
+        middle, healed = heal_middle(self.tokenizer, self.template, anchor.healed + typed)
+        ids = anchor.token_ids + encode_middle(self.tokenizer, self.template, middle)
         # The last completion at this spot is the likeliest draft for what follows the typed text.
         streams = [*anchor.token_streams, self._last_output.get(path, [])]
-        return Prompt(ids, streams, anchored=bool(typed))
+        return Prompt(ids, streams, anchored=bool(typed), healed=healed)
 
     def _fresh_prompt(self, request: CompletionRequest):
         """Build the FIM prompt, keeping the prefix window's start where it was if it still fits.
@@ -280,11 +289,12 @@ class CompletionEngine:
         if start is not None and 0 < start <= len(request.prefix):
             stretched = replace(budget, prefix_tokens=budget.prefix_tokens * 5 // 4)
             parts = build_prompt(self.tokenizer, self.template, request.prefix[start:], request.suffix,
-                                 path=request.path, other_documents=request.other_documents, budget=stretched)
+                                 path=request.path, other_documents=request.other_documents, budget=stretched,
+                                 heal=True)
             if not parts.prefix_truncated:
                 return self._with_lookup_streams(parts, request)
         parts = build_prompt(self.tokenizer, self.template, request.prefix, request.suffix, path=request.path,
-                             other_documents=request.other_documents, budget=budget)
+                             other_documents=request.other_documents, budget=budget, heal=True)
         if parts.prefix_truncated:
             self._window_starts[key] = len(request.prefix) - len(parts.prefix)
         else:
@@ -311,3 +321,4 @@ class Prompt:
     token_ids: list[int]
     token_streams: list[list[int]]  # worth copying from: prompt lookup indexes them
     anchored: bool  # typed text was appended to an anchor's prompt
+    healed: str = ""  # text before the cursor the prompt leaves out, for the model to retype

@@ -290,7 +290,17 @@ def build_prompt(
     )
 
 
+def _middle_encoder(tokenizer, template: FimTemplate) -> _Encoder:
+    control = {template.prefix_token, template.suffix_token, template.middle_token, *template.stop_tokens}
+    return _Encoder(tokenizer, sorted(control))
+
+
 def encode_middle(tokenizer, template: FimTemplate, text: str) -> list[int]:
     """Token ids of text that follows the prompt's middle token (typed at an anchor)."""
-    control = {template.prefix_token, template.suffix_token, template.middle_token, *template.stop_tokens}
-    return _Encoder(tokenizer, sorted(control)).encode(text)
+    return _middle_encoder(tokenizer, template).encode(text)
+
+
+def heal_middle(tokenizer, template: FimTemplate, text: str) -> tuple[str, str]:
+    """(what of the middle goes into the prompt, what is left for the model to retype)."""
+    cut = _middle_encoder(tokenizer, template).heal_point(text)
+    return text[: len(text) - cut], text[len(text) - cut:]

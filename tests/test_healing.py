@@ -227,8 +227,9 @@ def test_healed_decoding_equals_masked_generate(healing_models, prefix, mode, dr
     line_before = prefix.rsplit("\n", 1)[-1]
     constraint = healing_constraint(tok, parts.healed, verifier.config.vocab_size, line_before)
     decoder = SpeculativeDecoder(verifier, make_drafter(mode, drafts[draft], max_draft_tokens=k), tok)
-    result = decoder.generate(parts.token_ids, GenerationConfig(max_new_tokens=max_new_tokens, max_draft_tokens=k,
-                                                                constraint=constraint))
+    config = GenerationConfig(max_new_tokens=max_new_tokens, max_draft_tokens=k, constraint=constraint)
+    with torch.inference_mode():  # as CompletionEngine runs it (the decoder masks its logits in place)
+        result = decoder.generate(parts.token_ids, config)
     reference = masked_generate(verifier, parts.token_ids, constraint, max_new_tokens) if constraint else None
     if constraint is None:
         assert not parts.healed

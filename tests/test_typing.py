@@ -7,11 +7,13 @@ import threading
 import time
 
 import pytest
+import torch
 
 from engine.completion import CompletionEngine, CompletionRequest
 from engine.decoder import GenerationConfig, SpeculativeDecoder
 from engine.models.loading import load_model
-from engine.prompt import ContextBudget, encode_middle
+from engine.healing import healing_constraint
+from engine.prompt import ContextBudget, encode_middle, heal_middle
 
 PREFIX = "".join(f"def function_{i}(value):\n    return value * {i}\n\n" for i in range(12)) + "def typed("
 SUFFIX = "\n\ndef after(x):\n    return x\n"
@@ -29,8 +31,20 @@ def new_engine(verifier, drafter="lookup") -> CompletionEngine:
 
 
 def anchored_ids(engine: CompletionEngine, prefix: str) -> list[int]:
+    """The anchor's prompt plus the typed text, less its end that token healing leaves to the model."""
     anchor = engine._anchors[PATH]
-    return anchor.token_ids + encode_middle(engine.tokenizer, engine.template, prefix[len(anchor.prefix):])
+    middle, _ = heal_middle(engine.tokenizer, engine.template, anchor.healed + prefix[len(anchor.prefix):])
+    return anchor.token_ids + encode_middle(engine.tokenizer, engine.template, middle)
+
+
+def fresh_config(engine: CompletionEngine, prefix: str, max_new_tokens: int) -> GenerationConfig:
+    """What a fresh decoder needs to decode as the engine does: its stops and its healing constraint."""
+    anchor = engine._anchors[PATH]
+    _, healed = heal_middle(engine.tokenizer, engine.template, anchor.healed + prefix[len(anchor.prefix):])
+    constraint = healing_constraint(engine.tokenizer, healed, engine.verifier.model.config.vocab_size,
+                                    prefix.rsplit("\n", 1)[-1])
+    return GenerationConfig(max_new_tokens=max_new_tokens, eos_token_ids=engine.stop_token_ids(engine.template.stop_tokens),
+                            constraint=constraint)
 
 
 def keystrokes(seed: int, count: int) -> list[str]:
@@ -49,12 +63,12 @@ def keystrokes(seed: int, count: int) -> list[str]:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_anchored_output_equals_a_fresh_decoders_on_the_same_tokens(verifier, seed):
     engine = new_engine(verifier)
-    eos = engine.stop_token_ids(engine.template.stop_tokens)
     for prefix in keystrokes(seed, 12):
         result = engine.complete(CompletionRequest(prefix=prefix, suffix=SUFFIX, path=PATH, max_new_tokens=6,
                                                    multiline=True))
-        fresh = SpeculativeDecoder(verifier.model, None).generate(
-            anchored_ids(engine, prefix), GenerationConfig(max_new_tokens=6, eos_token_ids=eos))
+        with torch.inference_mode():
+            fresh = SpeculativeDecoder(verifier.model, None).generate(anchored_ids(engine, prefix),
+                                                                      fresh_config(engine, prefix, 6))
         assert result.token_ids == fresh.token_ids, prefix
 
 
@@ -66,10 +80,12 @@ def test_a_keystroke_at_the_anchor_feeds_only_its_own_tokens(verifier):
     for char in "value, other":
         typed += char
         result = engine.complete(CompletionRequest(prefix=PREFIX + typed, suffix=SUFFIX, path=PATH, max_new_tokens=4))
-        middle = encode_middle(engine.tokenizer, engine.template, typed)
+        middle = anchored_ids(engine, PREFIX + typed)[len(engine._anchors[PATH].token_ids):]
         assert result.anchored
-        # Only the typed text's tokens (often fewer: the cache holds their common start), never the suffix.
-        assert 1 <= result.stats.prefill_tokens <= len(middle), (typed, result.stats)
+        # Only the typed text's tokens (often fewer: the cache holds their common start), never the suffix;
+        # at least the prompt's last token, whose logits give the first output (healing may leave the
+        # whole typed text to the model, and the middle empty).
+        assert 1 <= result.stats.prefill_tokens <= max(1, len(middle)), (typed, result.stats)
 
 
 def test_an_auto_closed_bracket_keeps_the_anchor(verifier):
@@ -124,7 +140,7 @@ def test_the_next_keystroke_cancels_decoding_after_the_answer(verifier):
     # The cache is exact afterwards: the next keystroke's output equals a fresh decoder's.
     again = engine.complete(CompletionRequest(prefix=PREFIX + "v", suffix=SUFFIX, path=PATH, max_new_tokens=8,
                                               multiline=True))
-    eos = engine.stop_token_ids(engine.template.stop_tokens)
-    fresh = SpeculativeDecoder(verifier.model, None).generate(
-        anchored_ids(engine, PREFIX + "v"), GenerationConfig(max_new_tokens=8, eos_token_ids=eos))
+    with torch.inference_mode():
+        fresh = SpeculativeDecoder(verifier.model, None).generate(anchored_ids(engine, PREFIX + "v"),
+                                                                  fresh_config(engine, PREFIX + "v", 8))
     assert again.anchored and again.token_ids == fresh.token_ids
