@@ -1,12 +1,14 @@
-"""`quickdraft bench engine | session | passes`: the headless benchmarks (see README "Benchmarks").
+"""`quickdraft bench engine | session | first-completion | passes | quality`: the headless benchmarks (see README "Benchmarks").
 
 engine  — decoding speed at equal output: HF generate (greedy, assisted, prompt lookup) vs
           quickdraft's drafters on the same FIM prompts (engine/bench.py).
 session — what a user feels: a headless LSP client types into `quickdraft serve` and
           measures every inline completion (lsp_server/bench_session.py).
-Both write JSON with every raw figure plus PNG plots under --out, and print a table.
 passes  — what one forward pass costs, eager vs static cache + CUDA graphs, with random-weight
           models of the exact Qwen2.5-Coder shapes (engine/bench/passes.py); writes passes.json.
+quality — are completions right: exact match, edit similarity, stray whitespace, parse
+          validity, quickdraft side by side with the raw model (engine/bench/quality.py).
+All write JSON with every raw figure (engine and session also PNG plots) under --out, and print a table.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ log = logging.getLogger(__name__)
 
 def add_parsers(sub) -> None:
     bench = sub.add_parser("bench", help="benchmarks: engine (decoding speed) | session (typing through the server) "
-                                         "| passes (per-pass cost, eager vs static cache + CUDA graphs)")
+                                         "| first-completion (warming on vs off) "
+                                         "| passes (per-pass cost, eager vs static cache + CUDA graphs) "
+                                         "| quality (are completions right)")
     kinds = bench.add_subparsers(dest="bench", required=True)
 
     engine = kinds.add_parser("engine", help="decoding speed vs Hugging Face generate, on FIM holes from real files")
@@ -104,6 +108,20 @@ def add_parsers(sub) -> None:
     passes.add_argument("--fast-mode", choices=("graphs", "bucketed", "eager"),
                         help="static cache mode measured as 'fast' (default graphs on CUDA, bucketed elsewhere)")
     passes.set_defaults(handler=run_passes)
+
+    quality = kinds.add_parser("quality", help="completion quality on holes cut from installed code, vs the raw model")
+    _common(quality)
+    quality.add_argument("--holes", type=int, help="holes (default 36; --quick 6)")
+    quality.add_argument("--kinds", help="comma-separated: line,midline,multiline (default all)")
+    quality.add_argument("--languages", help="comma-separated (default python,javascript,go,rust: those installed)")
+    quality.add_argument("--configs", help="comma-separated: raw,quickdraft (default both)")
+    quality.add_argument("--suffix-tokens", help="comma-separated prompt budgets after the cursor, one run each "
+                                                 "(default: the engine's for its device)")
+    quality.add_argument("--prefix-tokens", type=int, help="prompt budget before the cursor (default: the engine's)")
+    quality.add_argument("--drafter", choices=DRAFTER_MODES, help="default: the server's for this machine")
+    quality.add_argument("--max-new-tokens", type=int, help="longest completion (default 48; --quick 16)")
+    quality.add_argument("--device", help="cpu | cuda (default: cuda when present)")
+    quality.set_defaults(handler=run_quality)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -290,3 +308,46 @@ def _verifiers(text: str | None) -> tuple[str, ...] | None:
     if text is None:
         return None
     return tuple(name.strip() for name in text.split(",") if name.strip() and name.strip() != "none")
+
+
+def _csv(text: str | None, default):
+    return tuple(part.strip() for part in text.split(",") if part.strip()) if text else default
+
+
+def run_quality(args: argparse.Namespace) -> int:
+    from engine.bench.decode import environment
+    from engine.bench.quality import CONFIGS, QualityBenchConfig, format_table, run_quality_bench
+    from engine.bench.quality_holes import DEFAULT_LANGUAGES, QUALITY_KINDS, make_quality_holes
+    from engine.completion import CompletionEngine
+    from engine.errors import QuickdraftError
+    from lsp_server.settings import machine_defaults
+
+    kinds, configs = _csv(args.kinds, QUALITY_KINDS), _csv(args.configs, CONFIGS)
+    unknown = [k for k in kinds if k not in QUALITY_KINDS] + [c for c in configs if c not in CONFIGS]
+    if unknown:
+        raise QuickdraftError(f"unknown kind or configuration {', '.join(unknown)}; kinds: {', '.join(QUALITY_KINDS)}, "
+                              f"configurations: {', '.join(CONFIGS)}")
+    try:
+        suffix_tokens = tuple(int(n) for n in _csv(args.suffix_tokens, ())) or (None,)
+    except ValueError:
+        raise QuickdraftError(f"--suffix-tokens: expected numbers separated by commas, got {args.suffix_tokens!r}") from None
+    config = QualityBenchConfig(
+        holes=_pick(args.holes, args.quick, 6, 36), seed=args.seed, languages=_csv(args.languages, DEFAULT_LANGUAGES),
+        kinds=kinds, configs=configs, suffix_tokens=suffix_tokens, prefix_tokens=args.prefix_tokens,
+        max_new_tokens=_pick(args.max_new_tokens, args.quick, 16, 48), progress=not args.no_progress,
+    )
+    holes = make_quality_holes(config.holes, config.seed, config.languages, config.kinds)
+    if not holes:
+        raise QuickdraftError("no hole could be cut: no installed sources with a tree-sitter grammar for "
+                              f"{', '.join(config.languages)}")
+    defaults = machine_defaults()
+    drafter = args.drafter or ("hybrid" if args.draft not in (None, "none") else defaults.drafter)
+    engine = CompletionEngine.load(args.verifier or defaults.verifier, args.draft or defaults.draft, drafter=drafter,
+                                   dtype=args.dtype, device=args.device)
+    result = run_quality_bench(engine, holes, config, environment(engine.verifier, engine.draft))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "quality.json").write_text(json.dumps(result, indent=1))
+    print(format_table(result))
+    print(f"wrote {out / 'quality.json'}")
+    return 0

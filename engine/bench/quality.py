@@ -1,0 +1,245 @@
+"""`quickdraft bench quality`: are the completions right, and does post-processing help?
+
+For holes cut from installed code (engine.bench.quality_holes: single-line at a typed
+indentation, mid-line, multi-line; several languages) each configuration completes every
+hole and is judged against what the file had:
+
+- ``exact``: the completion is the removed text (trailing blanks aside);
+- ``edit_similarity``: 1 − Levenshtein distance / the longer length;
+- ``stray_whitespace``: it starts with a blank where the removed text does not (the model
+  writing a deeper line than the one the user is on);
+- ``parses``: the file with the completion spliced in has no more tree-sitter error nodes
+  than the original (and, for Python, still compiles if it did: tree-sitter forgives an
+  unexpected indent, Python does not);
+- ``empty``: nothing shown.
+
+Configurations: ``raw`` is the model alone, Hugging Face greedy on the same FIM prompt
+(no healing), its first line for single-line holes, cut at nothing else; ``quickdraft``
+is `CompletionEngine.complete` (token healing, speculative decoding, post-processing),
+with no latency budget. Each runs at every prompt budget in ``suffix_tokens``, so the
+table also shows quality against suffix length.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import time
+from dataclasses import asdict, dataclass, replace
+from typing import Callable, Sequence
+
+from engine.bench.quality_holes import DEFAULT_LANGUAGES, QUALITY_KINDS, QualityHole
+from engine.syntax import parse
+
+log = logging.getLogger(__name__)
+
+CONFIGS = ("raw", "quickdraft")
+METRICS = ("exact", "edit_similarity", "stray_whitespace", "parses", "empty")
+
+
+@dataclass
+class QualityBenchConfig:
+    holes: int = 36
+    seed: int = 0
+    languages: Sequence[str] = DEFAULT_LANGUAGES
+    kinds: Sequence[str] = QUALITY_KINDS
+    configs: Sequence[str] = CONFIGS
+    suffix_tokens: Sequence[int | None] = (None,)  # None: the engine's budget for its device
+    prefix_tokens: int | None = None
+    max_new_tokens: int = 48
+    progress: bool = True
+
+
+# -- judging ---------------------------------------------------------------------------------
+
+
+def edit_similarity(a: str, b: str) -> float:
+    """1 − Levenshtein(a, b) / max(len): 1.0 for equal strings, 0.0 for nothing in common."""
+    if not a and not b:
+        return 1.0
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
+        previous = current
+    return 1.0 - previous[-1] / max(len(a), len(b))
+
+
+def error_nodes(language: str, text: str) -> int | None:
+    """ERROR and MISSING nodes in tree-sitter's parse of ``text`` (None without a grammar)."""
+    tree = parse(language, text)
+    if tree is None:
+        return None
+    if not tree.root_node.has_error:
+        return 0
+    count, stack = 0, [tree.root_node]
+    while stack:
+        node = stack.pop()
+        if node.type == "ERROR" or node.is_missing:
+            count += 1
+        stack.extend(child for child in node.children if child.has_error or child.is_missing)
+    return count
+
+
+def python_compiles(text: str) -> bool:
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def syntax_errors(language: str, text: str) -> tuple[int, bool] | None:
+    """(tree-sitter error nodes, whether Python compiles it) for a file; None without a grammar."""
+    errors = error_nodes(language, text)
+    if errors is None:
+        return None
+    return errors, python_compiles(text) if language == "python" else True
+
+
+def judge(hole: QualityHole, shown: str, original: tuple[int, bool] | None) -> dict:
+    """The metrics for one completion; ``original`` is `syntax_errors` of the file as it was."""
+    expected = hole.middle.rstrip()
+    spliced = syntax_errors(hole.language, hole.prefix + shown + hole.suffix) if original is not None else None
+    parses = None if spliced is None else spliced[0] <= original[0] and (spliced[1] or not original[1])
+    return {
+        "exact": shown.rstrip() == expected,
+        "edit_similarity": round(edit_similarity(shown.rstrip(), expected), 4),
+        "stray_whitespace": shown[:1] in (" ", "\t") and expected[:1] not in (" ", "\t"),
+        "parses": parses,
+        "empty": not shown.strip(),
+    }
+
+
+# -- running ---------------------------------------------------------------------------------
+
+
+class QualityRunner:
+    """Completes holes with one loaded `CompletionEngine`, raw or through quickdraft."""
+
+    def __init__(self, engine, config: QualityBenchConfig) -> None:
+        self.engine = engine
+        self.config = config
+
+    def budget(self, suffix_tokens: int | None):
+        budget = self.engine.default_budget
+        if self.config.prefix_tokens is not None:
+            budget = replace(budget, prefix_tokens=self.config.prefix_tokens)
+        return budget if suffix_tokens is None else replace(budget, suffix_tokens=suffix_tokens)
+
+    def quickdraft(self, hole: QualityHole) -> str:
+        from engine.completion import CompletionRequest
+
+        request = CompletionRequest(prefix=hole.prefix, suffix=hole.suffix, path=hole.path,
+                                    max_new_tokens=self.config.max_new_tokens, multiline=hole.multiline)
+        return self.engine.complete(request).text
+
+    def raw(self, hole: QualityHole) -> str:
+        """HF greedy on the FIM prompt quickdraft would build, without healing."""
+        import torch
+
+        from engine.prompt import build_prompt
+
+        engine = self.engine
+        parts = build_prompt(engine.tokenizer, engine.template, hole.prefix, hole.suffix, path=hole.path,
+                             budget=engine.context_budget)
+        ids = torch.tensor([parts.token_ids], device=engine.verifier.device)
+        stops = {} if hole.multiline else {"stop_strings": ["\n"], "tokenizer": engine.tokenizer}
+        eos = engine.stop_token_ids(engine.template.stop_tokens)
+        with torch.inference_mode():
+            out = engine.verifier.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                                 max_new_tokens=self.config.max_new_tokens, eos_token_id=eos,
+                                                 pad_token_id=eos[0], **stops)
+        text = engine.tokenizer.decode(out[0, ids.shape[1]:].tolist(), skip_special_tokens=True)
+        return text if hole.multiline else text.split("\n", 1)[0]
+
+    def run(self, holes: Sequence[QualityHole], on_result: Callable[[str], None] | None = None) -> list[dict]:
+        records = []
+        for index, hole in enumerate(holes):
+            original = syntax_errors(hole.language, hole.text)
+            results = {}
+            for suffix_tokens in self.config.suffix_tokens:
+                self.engine.context_budget = self.budget(suffix_tokens)
+                for name in self.config.configs:
+                    label = config_label(name, suffix_tokens, self.config.suffix_tokens)
+                    started = time.monotonic()
+                    shown = self.raw(hole) if name == "raw" else self.quickdraft(hole)
+                    results[label] = {"shown": shown, "ms": round((time.monotonic() - started) * 1000),
+                                      **judge(hole, shown, original)}
+                    if on_result is not None:
+                        on_result(label)
+            self.engine.context_budget = self.engine.default_budget
+            records.append({"hole": index, **hole.describe(), "results": results})
+        return records
+
+
+def config_label(name: str, suffix_tokens: int | None, all_suffix_tokens: Sequence[int | None]) -> str:
+    return name if len(all_suffix_tokens) == 1 else f"{name} suffix={suffix_tokens or 'default'}"
+
+
+# -- summary -----------------------------------------------------------------------------------
+
+
+def _rates(results: Sequence[dict]) -> dict:
+    shown = [r for r in results if not r["empty"]]
+    parsed = [r["parses"] for r in results if r["parses"] is not None]
+    return {
+        "holes": len(results),
+        "exact": _share(r["exact"] for r in results),
+        "edit_similarity": round(sum(r["edit_similarity"] for r in results) / len(results), 4) if results else None,
+        "stray_whitespace": _share(r["stray_whitespace"] for r in shown),  # of the completions shown
+        "parses": _share(parsed),
+        "empty": _share(r["empty"] for r in results),
+        "ms_mean": round(sum(r["ms"] for r in results) / len(results)) if results else None,
+    }
+
+
+def _share(flags) -> float | None:
+    flags = list(flags)
+    return round(sum(bool(f) for f in flags) / len(flags), 4) if flags else None
+
+
+def summarize(records: Sequence[dict]) -> dict:
+    """Per configuration: all holes, then per kind and per language."""
+    labels = list(records[0]["results"]) if records else []
+    summary = {}
+    for label in labels:
+        entry = {"all": _rates([r["results"][label] for r in records])}
+        for key in ("kind", "language"):
+            for value in sorted({r[key] for r in records}):
+                entry[f"{key}={value}"] = _rates([r["results"][label] for r in records if r[key] == value])
+        summary[label] = entry
+    return summary
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.0f} %"
+
+
+def format_table(result: dict) -> str:
+    rows = ["| configuration | holes | exact | edit similarity | stray whitespace | parses | empty | mean ms |",
+            "|---|---|---|---|---|---|---|---|"]
+    for label, entry in result["summary"].items():
+        for group, r in entry.items():
+            name = label if group == "all" else f"  {label}, {group.replace('=', ' ')}"
+            sim = "–" if r["edit_similarity"] is None else f"{r['edit_similarity']:.2f}"
+            rows.append(f"| {name} | {r['holes']} | {_pct(r['exact'])} | {sim} | {_pct(r['stray_whitespace'])} | "
+                        f"{_pct(r['parses'])} | {_pct(r['empty'])} | {r['ms_mean']} |")
+    return "\n".join(rows)
+
+
+def run_quality_bench(engine, holes: Sequence[QualityHole], config: QualityBenchConfig,
+                      environment: dict | None = None) -> dict:
+    progress = None
+    if config.progress:
+        from tqdm import tqdm
+
+        progress = tqdm(total=len(holes) * len(config.configs) * len(config.suffix_tokens), desc="quality", unit="run")
+    records = QualityRunner(engine, config).run(holes, on_result=(lambda _: progress.update()) if progress else None)
+    if progress is not None:
+        progress.close()
+    settings = asdict(config)
+    settings["drafter"] = engine.drafter_mode
+    settings["context_budget"] = asdict(engine.default_budget)
+    return {"config": settings, "environment": environment or {}, "summary": summarize(records), "holes": records}
