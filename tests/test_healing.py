@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 from transformers import LogitsProcessor, LogitsProcessorList
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tiny_models import noisy_copy  # noqa: E402
-from toy_tokenizers import make_tokenizer  # noqa: E402
+from support.tiny_models import noisy_copy  # noqa: E402
+from support.toy_tokenizers import make_tokenizer  # noqa: E402
 
 from engine.decoder import GenerationConfig, SpeculativeDecoder  # noqa: E402
-from engine.drafters import make_drafter  # noqa: E402
+from engine.drafters import DrafterConfig, make_drafter  # noqa: E402
 from engine.fim import detect_fim_template  # noqa: E402
 from engine.healing import (  # noqa: E402
     HealingConstraint,
@@ -226,7 +226,7 @@ def test_healed_decoding_equals_masked_generate(healing_models, prefix, mode, dr
     parts = build_prompt(tok, detect_fim_template(tok), prefix, "\n    return total\n", heal=True)
     line_before = prefix.rsplit("\n", 1)[-1]
     constraint = healing_constraint(tok, parts.healed, verifier.config.vocab_size, line_before)
-    decoder = SpeculativeDecoder(verifier, make_drafter(mode, drafts[draft], max_draft_tokens=k), tok)
+    decoder = SpeculativeDecoder(verifier, make_drafter(mode, drafts[draft], DrafterConfig(max_draft_tokens=k)), tok)
     config = GenerationConfig(max_new_tokens=max_new_tokens, max_draft_tokens=k, constraint=constraint)
     with torch.inference_mode():  # as CompletionEngine runs it (the decoder masks its logits in place)
         result = decoder.generate(parts.token_ids, config)
