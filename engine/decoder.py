@@ -24,6 +24,7 @@ from engine.errors import PromptError
 from engine.kv import PREFILL_CHUNK, KVCache, PassCancelled
 from engine.stats import DecodeStats
 from engine.text_stream import TextStream
+from engine.tree import TokenTree
 from engine.tree_kv import verify_tree
 from engine.verify import SamplingParams, accept
 
@@ -159,13 +160,14 @@ class SpeculativeDecoder:
             draft = self.drafter.propose(tokens, limit, config.sampling)
             draft.tokens = draft.tokens[:limit]
             if draft.tree is not None:  # several candidates, limited in depth rather than count
-                constrained = config.constraint is not None and config.constraint.allowed(output) is not None
-                draft.tree = None if constrained else draft.tree.pruned(limit)  # constraints check chains
-                draft.tokens = list(draft.tree.tokens) if draft.tree is not None else []
+                draft.tree = draft.tree.pruned(limit)
+                draft.tokens = list(draft.tree.tokens)
         t1 = time.monotonic()
         pending = tokens[len(self.kv):]
         if draft.tree is not None:  # one pass under the tree's mask; the cache keeps the accepted path
-            kept, token = verify_tree(self.kv, pending, draft.tree, config.sampling, generator, should_stop)
+            tree, constraint = draft.tree, config.constraint
+            mask = (lambda logits: constrain_tree(logits, constraint, output, tree)) if constraint is not None else None
+            kept, token = verify_tree(self.kv, pending, tree, config.sampling, generator, should_stop, mask)
         else:
             logits = self.kv.forward([*pending, *draft.tokens], logits_for=len(draft.tokens) + 1,
                                      should_stop=should_stop)
@@ -216,11 +218,26 @@ class SpeculativeDecoder:
 def constrain(logits: torch.Tensor, constraint: TokenConstraint, output: list[int], drafted: list[int]) -> torch.Tensor:
     """Mask each verified row with what the constraint allows after the output (and drafts) before it."""
     for i in range(logits.shape[0]):
-        mask = constraint.allowed([*output, *drafted[:i]])
-        if mask is None:
+        if not _mask_row(logits, i, constraint.allowed([*output, *drafted[:i]])):
             break  # constraints only narrow the first tokens of an output
-        allowed = torch.zeros(logits.shape[1], dtype=torch.bool)
-        width = min(len(mask), logits.shape[1])  # vocabularies padded to different lengths
-        allowed[:width] = mask[:width]
-        logits[i] = logits[i].masked_fill(~allowed.to(logits.device), float("-inf"))
     return logits
+
+
+def constrain_tree(logits: torch.Tensor, constraint: TokenConstraint, output: list[int], tree: TokenTree) -> torch.Tensor:
+    """The same for a tree's rows: the root's row (0) after the output, node i's row (i + 1)
+    after the output and node i's path, so tree acceptance follows the constrained verifier."""
+    if _mask_row(logits, 0, constraint.allowed(output)):
+        for node in range(len(tree)):
+            _mask_row(logits, node + 1, constraint.allowed([*output, *(tree.tokens[n] for n in tree.path_to(node))]))
+    return logits
+
+
+def _mask_row(logits: torch.Tensor, row: int, mask: torch.Tensor | None) -> bool:
+    """Set the row's disallowed tokens to -inf; False (and nothing done) when the mask is None."""
+    if mask is None:
+        return False
+    allowed = torch.zeros(logits.shape[1], dtype=torch.bool)
+    width = min(len(mask), logits.shape[1])  # vocabularies padded to different lengths
+    allowed[:width] = mask[:width]
+    logits[row] = logits[row].masked_fill(~allowed.to(logits.device), float("-inf"))
+    return True

@@ -10,7 +10,7 @@ the cache is the one that feeding the accepted path alone would have built.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -62,13 +62,17 @@ def keep_path(kv, tree: TokenTree, path: Sequence[int]) -> None:
 
 
 def verify_tree(kv, pending: Sequence[int], tree: TokenTree, params: SamplingParams,
-                generator: torch.Generator | None, should_stop=None) -> tuple[list[int], int]:
+                generator: torch.Generator | None, should_stop=None,
+                mask: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[list[int], int]:
     """One verifier pass over a tree: (the accepted tokens, the verifier's token after them).
 
     Afterwards `kv` holds the pending tokens and the accepted ones, exactly as if only they
-    had been fed. A cancelled pass (PassCancelled) leaves `kv` as it was.
+    had been fed. A cancelled pass (PassCancelled) leaves `kv` as it was. `mask` narrows the
+    logits (root's row, then each node's) before acceptance: a token constraint.
     """
     logits = forward_tree(kv, pending, tree, should_stop)
+    if mask is not None:
+        logits = mask(logits)
     path, token = tree_accept(tree, logits, params, generator)
     keep_path(kv, tree, path)
     return [tree.tokens[node] for node in path], token

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -20,10 +19,11 @@ from hypothesis import strategies as st
 from transformers import LogitsProcessor, LogitsProcessorList
 
 sys.path.insert(0, str(Path(__file__).parent))
-from support.tiny_models import noisy_copy  # noqa: E402
+from support.tiny_models import noisy_copy, random_heads  # noqa: E402
 from support.toy_tokenizers import make_tokenizer  # noqa: E402
 
 from engine.decoder import GenerationConfig, SpeculativeDecoder  # noqa: E402
+from engine.drafters.base import Draft  # noqa: E402
 from engine.drafters import DrafterConfig, make_drafter  # noqa: E402
 from engine.fim import detect_fim_template  # noqa: E402
 from engine.healing import (  # noqa: E402
@@ -35,7 +35,9 @@ from engine.healing import (  # noqa: E402
     vocabulary,
 )
 from engine.models.tiny import build_model, build_tokenizer  # noqa: E402
+from engine.modes import DRAFTER_MODES  # noqa: E402
 from engine.prompt import _Encoder, build_prompt  # noqa: E402
+from engine.tree import TokenTree  # noqa: E402
 
 QWEN_DIR = Path(os.environ.get("QUICKDRAFT_HOME") or Path.home() / ".cache" / "quickdraft") / "models" / "qwen2.5-coder-0.5b"
 
@@ -183,12 +185,6 @@ def test_helpers():
 
 # -- exactness: the decoder under the constraint is `generate` under the same mask ------------------
 
-needs_hook = pytest.mark.skipif(
-    "constraint" not in {f.name for f in fields(GenerationConfig)},
-    reason="the decoder's GenerationConfig.constraint hook has not landed yet",
-)
-
-
 class MaskProcessor(LogitsProcessor):
     def __init__(self, constraint, prompt_length: int) -> None:
         self.constraint, self.prompt_length = constraint, prompt_length
@@ -217,16 +213,19 @@ PREFIXES = [INDENTED, "def add(a, b):\n    ret", "x = [1, 2, 3]\ntotal = a +", "
             "self.items.app", "x = 1"]
 
 
-@needs_hook
-@settings(max_examples=24, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(prefix=st.sampled_from(PREFIXES), mode=st.sampled_from(["none", "lookup", "draft", "hybrid"]),
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(prefix=st.sampled_from(PREFIXES), mode=st.sampled_from(DRAFTER_MODES),
        draft=st.sampled_from(["noisy", "identical"]), k=st.sampled_from([1, 3, 8]), max_new_tokens=st.integers(1, 12))
 def test_healed_decoding_equals_masked_generate(healing_models, prefix, mode, draft, k, max_new_tokens):
+    """Every drafting mode, chains and token trees (Medusa with random heads) alike."""
     tok, verifier, drafts = healing_models
     parts = build_prompt(tok, detect_fim_template(tok), prefix, "\n    return total\n", heal=True)
     line_before = prefix.rsplit("\n", 1)[-1]
     constraint = healing_constraint(tok, parts.healed, verifier.config.vocab_size, line_before)
-    decoder = SpeculativeDecoder(verifier, make_drafter(mode, drafts[draft], DrafterConfig(max_draft_tokens=k)), tok)
+    heads = random_heads(verifier, seed=k) if mode == "medusa" else None
+    drafter = make_drafter(mode, None if mode == "medusa" else drafts[draft], DrafterConfig(max_draft_tokens=k),
+                           verifier=verifier, heads=heads)
+    decoder = SpeculativeDecoder(verifier, drafter, tok)
     config = GenerationConfig(max_new_tokens=max_new_tokens, max_draft_tokens=k, constraint=constraint)
     with torch.inference_mode():  # as CompletionEngine runs it (the decoder masks its logits in place)
         result = decoder.generate(parts.token_ids, config)
@@ -239,7 +238,50 @@ def test_healed_decoding_equals_masked_generate(healing_models, prefix, mode, dr
         assert decoded.startswith(parts.healed) or parts.healed.startswith(decoded)
 
 
-@needs_hook
+class TwoBranchTree:
+    """A tree drafter that offers, at every step, the rest of two fixed outputs as two branches."""
+
+    name = "two-branch"
+
+    def __init__(self, *outputs: list[int]) -> None:
+        self.outputs, self.prompt_length = outputs, 0
+
+    def start(self, prompt_ids, context_streams=()) -> None:
+        self.prompt_length = len(prompt_ids)
+
+    def propose(self, tokens, max_tokens, sampling) -> Draft:
+        done = len(tokens) - self.prompt_length
+        tree = TokenTree()
+        for output in self.outputs:
+            tree.add_path(output[done:done + max_tokens])
+        return Draft(list(tree.tokens), None, self.name, tree)
+
+    def observe(self, draft, accepted) -> None:
+        pass
+
+
+def test_a_token_tree_is_verified_under_the_constraint(healing_models):
+    """While the first tokens are constrained the tree is still used, and its rows are masked:
+    the branch the unconstrained verifier would take is refused, the constrained one accepted."""
+    tok, verifier, _ = healing_models
+    parts = build_prompt(tok, detect_fim_template(tok), INDENTED, "\n    return total\n", heal=True)
+    constraint = healing_constraint(tok, parts.healed, verifier.config.vocab_size, INDENTED.rsplit("\n", 1)[-1])
+    healed = masked_generate(verifier, parts.token_ids, constraint, 8)
+    free = masked_generate(verifier, parts.token_ids, AllowAll(), 8)
+    assert free[0] != healed[0]  # the constraint matters here
+    decoder = SpeculativeDecoder(verifier, TwoBranchTree(free, healed), tok)
+    with torch.inference_mode():
+        result = decoder.generate(parts.token_ids, GenerationConfig(max_new_tokens=8, max_draft_tokens=8,
+                                                                    constraint=constraint))
+    assert result.token_ids == healed
+    assert result.stats.verifier_passes == 1  # the whole constrained branch accepted in one pass
+
+
+class AllowAll:
+    def allowed(self, emitted):
+        return None
+
+
 def test_completion_engine_heals_and_shows_only_what_follows_the_cursor(tiny_model_dir):
     from engine.completion import CompletionEngine, CompletionRequest
     from engine.models.loading import load_model

@@ -3,8 +3,6 @@ find more than chains."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -15,23 +13,10 @@ from engine.drafters import DrafterConfig, make_drafter
 from engine.drafters.prompt_lookup import NgramIndex
 from engine.drafters.trees import TreeLookupDrafter
 from engine.errors import ModelError
-from engine.medusa.choices import default_choices
-from engine.medusa.heads import MedusaHeads
-from engine.medusa.store import LoadedHeads
 from engine.verify import SamplingParams
 
 from test_decoder_exact import prompts, reference
-from support.tiny_models import TINY_VOCAB
-
-
-def random_heads(verifier, seed: int, num_heads: int = 3) -> LoadedHeads:
-    heads = MedusaHeads(verifier.config.hidden_size, num_heads, torch.arange(TINY_VOCAB))
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for block in heads.blocks:
-            block.linear.weight.copy_(torch.randn(block.linear.weight.shape, generator=generator) * 0.1)
-    heads.attach(verifier.lm_head.weight)
-    return LoadedHeads(heads, {"choices": [list(c) for c in default_choices(num_heads, 12)]}, Path("."))
+from support.tiny_models import TINY_VOCAB, random_heads
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
+from engine.medusa.choices import default_choices
+from engine.medusa.heads import MedusaHeads
+from engine.medusa.store import LoadedHeads
 from engine.models.tiny import build_model
 
 TINY_VOCAB = 64
@@ -19,6 +24,17 @@ def noisy_copy(model, *, seed: int, scale: float):
         for parameter in copy.parameters():
             parameter.add_(torch.randn(parameter.shape, generator=generator) * scale * parameter.std())
     return copy
+
+
+def random_heads(verifier, seed: int, num_heads: int = 3) -> LoadedHeads:
+    """Untrained Medusa heads with random weights for a tiny verifier (a drafter that is often wrong)."""
+    heads = MedusaHeads(verifier.config.hidden_size, num_heads, torch.arange(verifier.config.vocab_size))
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for block in heads.blocks:
+            block.linear.weight.copy_(torch.randn(block.linear.weight.shape, generator=generator) * 0.1)
+    heads.attach(verifier.lm_head.weight)
+    return LoadedHeads(heads, {"choices": [list(c) for c in default_choices(num_heads, 12)]}, Path("."))
 
 
 def assert_logits_close(actual: torch.Tensor, expected: torch.Tensor, *, ulps: int = 1024) -> None:
