@@ -92,8 +92,12 @@ class CompletionEngine:
         self.draft = draft
         self.tokenizer = verifier.tokenizer
         self.max_draft_tokens = max_draft_tokens
+        self._window_starts: dict[str, int] = {}  # per document path: where its prefix window begins
+        self._anchors: dict[str, Anchor] = {}  # per document path: the prompt typing continues
+        self._last_output: dict[str, list[int]] = {}  # per document path: the last completion's tokens
         self.default_budget = context_budget or ContextBudget()
-        self.context_budget = self.default_budget
+        self._context_budget = self.default_budget
+        self._heal = True  # token healing (engine.healing); the quality bench turns it off to compare
         # Static KV cache + CUDA graphs on CUDA (captured here, at load), the dynamic cache on a CPU.
         self._new_cache = cache_factory(verifier.device)
         self._draft_cache = None  # kept across drafter switches: recapturing graphs costs seconds
@@ -104,9 +108,6 @@ class CompletionEngine:
         self.drafter_mode = ""
         self.set_drafter(drafter)
         self._template: FimTemplate | None = None
-        self._window_starts: dict[str, int] = {}  # per document path: where its prefix window begins
-        self._anchors: dict[str, Anchor] = {}  # per document path: the prompt typing continues
-        self._last_output: dict[str, list[int]] = {}  # per document path: the last completion's tokens
 
     @classmethod
     def load(
@@ -155,6 +156,31 @@ class CompletionEngine:
         if self._draft_cache is None:
             self._draft_cache = self._new_cache(model)
         return self._draft_cache
+
+    @property
+    def context_budget(self) -> ContextBudget:
+        return self._context_budget
+
+    @context_budget.setter
+    def context_budget(self, budget: ContextBudget) -> None:
+        if budget != self._context_budget:
+            self._forget_prompts()
+        self._context_budget = budget
+
+    @property
+    def heal(self) -> bool:
+        return self._heal
+
+    @heal.setter
+    def heal(self, on: bool) -> None:
+        if on != self._heal:
+            self._forget_prompts()
+        self._heal = on
+
+    def _forget_prompts(self) -> None:
+        """Anchors and prefix windows were cut under other prompt settings: the next prompts start afresh."""
+        self._anchors.clear()
+        self._window_starts.clear()
 
     @property
     def template(self) -> FimTemplate:
@@ -228,7 +254,7 @@ class CompletionEngine:
             deadline=deadline, prefill_chunk=self.prefill_chunk,
             # Token healing: the output first retypes the end of the text the prompt left out.
             constraint=healing_constraint(self.tokenizer, prompt.healed, self.verifier.model.config.vocab_size,
-                                          current_line_parts(request.prefix, "")[0]),
+                                          current_line_parts(request.prefix, "")[0]) if self.heal else None,
         )
 
         def finish(result: GenerationResult) -> CompletionResult:
@@ -270,7 +296,7 @@ class CompletionEngine:
             typed = ""
         # The middle so far is what healing cut off the anchor's prefix plus what was typed since;
         # its own end is healed in turn (engine.healing).
-        middle, healed = heal_middle(self.tokenizer, self.template, anchor.healed + typed)
+        middle, healed = heal_middle(self.tokenizer, self.template, anchor.healed + typed) if self.heal else (typed, "")
         ids = anchor.token_ids + encode_middle(self.tokenizer, self.template, middle)
         # The last completion at this spot is the likeliest draft for what follows the typed text.
         streams = [*anchor.token_streams, self._last_output.get(path, [])]
@@ -290,11 +316,11 @@ class CompletionEngine:
             stretched = replace(budget, prefix_tokens=budget.prefix_tokens * 5 // 4)
             parts = build_prompt(self.tokenizer, self.template, request.prefix[start:], request.suffix,
                                  path=request.path, other_documents=request.other_documents, budget=stretched,
-                                 heal=True)
+                                 heal=self.heal)
             if not parts.prefix_truncated:
                 return self._with_lookup_streams(parts, request)
         parts = build_prompt(self.tokenizer, self.template, request.prefix, request.suffix, path=request.path,
-                             other_documents=request.other_documents, budget=budget, heal=True)
+                             other_documents=request.other_documents, budget=budget, heal=self.heal)
         if parts.prefix_truncated:
             self._window_starts[key] = len(request.prefix) - len(parts.prefix)
         else:

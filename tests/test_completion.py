@@ -60,6 +60,28 @@ def test_other_documents_feed_prompt_lookup(engine):
     assert any("helper_function" in s for s in streams)
 
 
+def test_a_new_prompt_budget_or_healing_setting_re_anchors(engine):
+    """Anchors keep a prompt while the user types; one cut under other settings is not kept."""
+    request = CompletionRequest(prefix=LONG_PREFIX + "def g(x):\n    ret", suffix="\n", path="/w/e.py")
+    fresh = engine._prompt(request)
+    assert fresh.healed == " ret"
+    default = engine.context_budget
+    try:
+        engine.context_budget = ContextBudget(prefix_tokens=48, suffix_tokens=4, other_documents_tokens=0)
+        shorter = engine._prompt(request)
+        assert len(shorter.token_ids) < len(fresh.token_ids) and not shorter.anchored
+        engine.context_budget = default
+        assert engine._prompt(request).token_ids == fresh.token_ids
+        engine.heal = False
+        unhealed = engine._prompt(request)
+        assert unhealed.healed == "" and "def g(x):\n    ret" in engine.tokenizer.decode(unhealed.token_ids)
+        assert "def g(x):\n    ret" not in engine.tokenizer.decode(fresh.token_ids)
+        engine.heal = True
+        assert engine._prompt(request).token_ids == fresh.token_ids
+    finally:
+        engine.context_budget, engine.heal = default, True
+
+
 def test_raw_generate_and_post_processed_complete(engine):
     result = engine.generate("import os\n", max_new_tokens=5)
     assert len(result.token_ids) == 5 and result.stats.emitted == 5
