@@ -82,7 +82,7 @@ def test_quick_run_on_a_tiny_model(tiny_model_dir, tmp_path, capsys):
                      "--out", str(tmp_path), "--no-progress"])
     assert code == 0
     result = json.loads((tmp_path / "quality.json").read_text())
-    labels = {"raw suffix=16", "quickdraft suffix=16", "raw suffix=64", "quickdraft suffix=64"}
+    labels = {f"{name} suffix={n}" for name in ("raw", "noheal", "quickdraft") for n in (16, 64)}
     assert set(result["summary"]) == labels and len(result["holes"]) == 3
     for record in result["holes"]:
         assert set(record["results"]) == labels

@@ -16,7 +16,8 @@ hole and is judged against what the file had:
 Configurations: ``raw`` is the model alone, Hugging Face greedy on the same FIM prompt
 (no healing), its first line for single-line holes, cut at nothing else; ``quickdraft``
 is `CompletionEngine.complete` (token healing, speculative decoding, post-processing),
-with no latency budget. Each runs at every prompt budget in ``suffix_tokens``, so the
+with no latency budget; ``noheal`` the same with token healing off, so that healing's
+share of the difference shows. Each runs at every prompt budget in ``suffix_tokens``, so the
 table also shows quality against suffix length.
 """
 
@@ -33,7 +34,7 @@ from engine.syntax import parse
 
 log = logging.getLogger(__name__)
 
-CONFIGS = ("raw", "quickdraft")
+CONFIGS = ("raw", "noheal", "quickdraft")
 METRICS = ("exact", "edit_similarity", "stray_whitespace", "parses", "empty")
 
 
@@ -128,12 +129,21 @@ class QualityRunner:
             budget = replace(budget, prefix_tokens=self.config.prefix_tokens)
         return budget if suffix_tokens is None else replace(budget, suffix_tokens=suffix_tokens)
 
-    def quickdraft(self, hole: QualityHole) -> str:
+    def quickdraft(self, hole: QualityHole, heal: bool = True) -> str:
         from engine.completion import CompletionRequest
 
         request = CompletionRequest(prefix=hole.prefix, suffix=hole.suffix, path=hole.path,
                                     max_new_tokens=self.config.max_new_tokens, multiline=hole.multiline)
-        return self.engine.complete(request).text
+        self.engine.heal = heal
+        try:
+            return self.engine.complete(request).text
+        finally:
+            self.engine.heal = True
+
+    def complete(self, name: str, hole: QualityHole) -> str:
+        if name == "raw":
+            return self.raw(hole)
+        return self.quickdraft(hole, heal=name != "noheal")
 
     def raw(self, hole: QualityHole) -> str:
         """HF greedy on the FIM prompt quickdraft would build, without healing."""
@@ -164,7 +174,7 @@ class QualityRunner:
                 for name in self.config.configs:
                     label = config_label(name, suffix_tokens, self.config.suffix_tokens)
                     started = time.monotonic()
-                    shown = self.raw(hole) if name == "raw" else self.quickdraft(hole)
+                    shown = self.complete(name, hole)
                     results[label] = {"shown": shown, "ms": round((time.monotonic() - started) * 1000),
                                       **judge(hole, shown, original)}
                     if on_result is not None:
