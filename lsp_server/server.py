@@ -6,11 +6,11 @@ import logging
 from typing import Any
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
 
+from lsp_server.documents import canonical_uri
 from lsp_server.plain_data import plain_data
+from lsp_server.protocol import Protocol
 from lsp_server.service import ACCEPT_COMMAND, CompletionService
 from lsp_server.settings import Settings, apply_client_settings
 from lsp_server.warming import CURSOR_NOTIFICATION
@@ -20,27 +20,20 @@ log = logging.getLogger(__name__)
 VERSION = "0.1.0"
 
 
-class Protocol(LanguageServerProtocol):
-    """pygls answers a request whose params do not parse with no response at all (only a
-    showMessage), which leaves the client waiting forever: answer it with the error."""
-
-    def structure_message(self, data: dict[str, Any]):
-        try:
-            return super().structure_message(data)
-        except JsonRpcException as error:
-            if "id" in data and "method" in data:
-                self._send_response(data["id"], error=error.to_response_error())
-            raise
-
-
-def create_server(settings: Settings) -> LanguageServer:
+def create_server(settings: Settings, service: CompletionService | None = None) -> LanguageServer:
+    """A server for one client session. A TCP server passes the service (and its loaded
+    models) on from one client to the next, starting each from the launch settings."""
     server = LanguageServer("quickdraft", VERSION, protocol_cls=Protocol,
                             text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
 
     def log_message(message: str, kind: types.MessageType) -> None:
         server.window_log_message(types.LogMessageParams(type=kind, message=message))
 
-    service = CompletionService(settings, server.protocol.notify, log_message)
+    if service is None:
+        service = CompletionService(settings, server.protocol.notify, log_message)
+    else:
+        service.notify, service.log_message, service.settings = server.protocol.notify, log_message, settings
+        service.shown.clear()
     server.service = service  # for tests and debugging
 
     @server.feature(types.INITIALIZE)
@@ -49,6 +42,8 @@ def create_server(settings: Settings) -> LanguageServer:
 
     @server.feature(types.INITIALIZED)
     def initialized(ls: LanguageServer, params: types.InitializedParams) -> None:
+        if service.state == "ready" and service.engine_key == service.settings.model_key():
+            service.send_status("ready", "ready: models already loaded")  # a later TCP client
         service.start_loading()
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
@@ -104,11 +99,12 @@ def create_server(settings: Settings) -> LanguageServer:
     def document(ls: LanguageServer, params) -> dict | None:
         """The text and version the server holds for a URI: for support and sync tests."""
         uri = (plain_data(params) or {}).get("uri")
-        doc = ls.workspace.text_documents.get(uri) if isinstance(uri, str) else None
+        doc = ls.workspace.text_documents.get(canonical_uri(uri)) if isinstance(uri, str) else None
         return None if doc is None else {"uri": uri, "version": doc.version, "text": doc.source}
 
     @server.feature(types.SHUTDOWN)
     def shutdown(ls: LanguageServer, params) -> None:
-        service.shutdown()
+        # Stop work, keep the worker: over TCP the next client uses it. The process's end shuts it.
+        service.scheduler.cancel_all()
 
     return server

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 from dataclasses import replace
 
@@ -24,7 +25,9 @@ def add_parsers(sub) -> None:
     serve.add_argument("--tcp", action="store_true", help="listen on TCP instead of stdio")
     serve.add_argument("--stdio", action="store_true", help="use stdio (the default; accepted because clients pass it)")
     serve.add_argument("--host", default="127.0.0.1", help="TCP address (default 127.0.0.1: this machine only)")
-    serve.add_argument("--port", type=int, default=2087)
+    serve.add_argument("--port", type=int, default=2087, help="TCP port (0: any free port; the chosen one is printed)")
+    serve.add_argument("--token-file", help="with --tcp: write the launch token to this file (mode 0600) "
+                                            "instead of printing it")
     serve.add_argument("--log-file", help="write logs here instead of stderr")
     serve.set_defaults(handler=run_serve)
 
@@ -42,6 +45,7 @@ def settings_from_args(args: argparse.Namespace):
 
 def run_serve(args: argparse.Namespace) -> int:
     from lsp_server.server import create_server
+    from lsp_server.transport import serve_stdio
 
     if args.log_file:
         handler = logging.FileHandler(args.log_file)
@@ -53,9 +57,13 @@ def run_serve(args: argparse.Namespace) -> int:
         # Editors show the server's stderr as errors: keep it for warnings. The client hears
         # about loading and readiness through quickdraft/status anyway.
         logging.getLogger().setLevel(logging.WARNING)
-    server = create_server(settings_from_args(args))
+    settings = settings_from_args(args)
     if args.tcp:
-        server.start_tcp(args.host, args.port)
-    else:
-        server.start_io()
-    return 0
+        from lsp_server.tcp import serve_tcp
+
+        return asyncio.run(serve_tcp(settings, args.host, args.port, token_file=args.token_file))
+    server = create_server(settings)
+    try:
+        return asyncio.run(serve_stdio(server))
+    finally:
+        server.service.shutdown()
