@@ -281,26 +281,20 @@ def test_low_draft_acceptance_switches_to_prompt_lookup(tiny_model_dir, tiny_dra
 
 
 def test_serves_over_loopback_tcp(tiny_model_dir):
+    """The smoke test; tests/test_hostile.py has the token, HTTP and one-client-at-a-time cases."""
+    import re
     import socket
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    process = subprocess.Popen([sys.executable, "-m", "lsp_server.cli", "serve", "--tcp", "--port", str(port),
-                                *serve_args(tiny_model_dir)], stderr=subprocess.DEVNULL)
+    process = subprocess.Popen([sys.executable, "-m", "lsp_server.cli", "serve", "--tcp", "--port", "0",
+                                *serve_args(tiny_model_dir)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               text=True)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                connection = socket.create_connection(("127.0.0.1", port), timeout=30)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        with connection:
+        announced = process.stdout.readline()
+        host, port, token = re.search(r"tcp://([\d.]+):(\d+); token (\S+)", announced).groups()
+        assert host == "127.0.0.1"
+        with socket.create_connection((host, int(port)), timeout=30) as connection:
             body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                               "params": {"capabilities": {}}}).encode()
+                               "params": {"capabilities": {}, "initializationOptions": {"token": token}}}).encode()
             connection.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
             reply = b""
             while b"inlineCompletionProvider" not in reply:
