@@ -6,6 +6,7 @@ default), through pygls's position codec; the engine only ever sees Python strin
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlparse
 
@@ -18,6 +19,14 @@ from lsp_server.settings import Settings
 MAX_OTHER_DOCUMENTS = 8
 MAX_OTHER_DOCUMENT_CHARS = 200_000  # larger open files are not worth a prompt slot
 BINARY_PROBE_CHARS = 16_384
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_text(text: str) -> str:
+    """Text the tokenizer can encode. JSON (and so an editor) can send lone UTF-16 surrogates,
+    which no tokenizer accepts; one such document used to break completions in every file it
+    fed. Each becomes U+FFFD: one code point and one UTF-16 unit, so positions do not move."""
+    return _SURROGATE.sub("\ufffd", text)
 
 
 @dataclass
@@ -33,7 +42,7 @@ class Cursor:
 
 def path_of(uri: str) -> str:
     parsed = urlparse(uri)
-    return unquote(parsed.path) if parsed.scheme in ("file", "") else uri
+    return valid_text(unquote(parsed.path) if parsed.scheme in ("file", "") else uri)
 
 
 def locate(document, position: types.Position) -> Cursor | None:
@@ -72,15 +81,15 @@ def other_documents(workspace, current_uri: str) -> list[tuple[str, str]]:
         text = document.source
         if not text.strip() or len(text) > MAX_OTHER_DOCUMENT_CHARS or "\x00" in text[:BINARY_PROBE_CHARS]:
             continue
-        documents.append((path_of(uri), text))
+        documents.append((path_of(uri), valid_text(text)))
     documents.sort(key=lambda item: len(item[1]))
     return documents[:MAX_OTHER_DOCUMENTS]
 
 
 def build_request(cursor: Cursor, settings: Settings, workspace, received_at: float | None = None) -> CompletionRequest:
     return CompletionRequest(
-        prefix=cursor.prefix,
-        suffix=cursor.suffix,
+        prefix=valid_text(cursor.prefix),
+        suffix=valid_text(cursor.suffix),
         path=path_of(cursor.uri),
         language=cursor.language_id,
         other_documents=other_documents(workspace, cursor.uri),

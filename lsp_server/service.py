@@ -87,6 +87,7 @@ class CompletionService:
             self.engine = None  # free the old models before loading new ones
             engine = CompletionEngine.load(settings.verifier, settings.draft, drafter=settings.drafter,
                                            dtype=settings.dtype, device=settings.device)
+            engine.template  # a model without fill-in-the-middle tokens fails here, with the reason
             self.apply_budget(engine)
             return engine
 
@@ -94,6 +95,7 @@ class CompletionService:
             self.engine = await self.scheduler.call(load)
             self.engine_key = settings.model_key()
             self.shown.clear()
+            self.error = ""
             verifier = self.engine.verifier
             self.status("ready", f"ready: {verifier.name} ({verifier.dtype}, {verifier.device}), "
                                  f"drafter {self.engine.drafter_mode}")
@@ -179,10 +181,15 @@ class CompletionService:
             self.telemetry.count("errors")
             self.log_message(f"quickdraft: {error}", types.MessageType.Warning)
             return EMPTY
-        except Exception:
+        except Exception as error:  # the model failed: say so where the user looks, keep serving
             self.telemetry.count("errors")
             log.exception("completion failed")
+            self.error = f"completion failed: {type(error).__name__}: {error}"
+            self.send_status("error", self.error)
             return EMPTY
+        if self.error:
+            self.error = ""
+            self.send_status("ready", "ready: completions work again")
         if result.stop_reason == "cancelled" or is_stale():
             self.telemetry.count("stale")
             return EMPTY
