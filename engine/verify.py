@@ -142,4 +142,17 @@ def accept(
     `draft_probs` None means a deterministic proposal (prompt lookup): q is one-hot."""
     if params.greedy:
         return greedy_accept(draft_tokens, logits)
+    draft_probs, logits = on_common_vocabulary(draft_probs, logits)
     return _to_host(speculative_decision(draft_tokens, draft_probs, logits, params, generator))
+
+
+def on_common_vocabulary(draft_probs: torch.Tensor | None, logits: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """A pair that shares a tokenizer may pad its embeddings differently (a 152,064-row verifier
+    with a 151,936-row draft): widen the narrower side with tokens it can never produce (q = 0,
+    logit -inf) so that p and q line up. Exact: those tokens have probability 0 on that side."""
+    if draft_probs is None or draft_probs.shape[-1] == logits.shape[-1]:
+        return draft_probs, logits
+    width = max(draft_probs.shape[-1], logits.shape[-1])
+    draft_probs = torch.nn.functional.pad(draft_probs, (0, width - draft_probs.shape[-1]))
+    logits = torch.nn.functional.pad(logits, (0, width - logits.shape[-1]), value=float("-inf"))
+    return draft_probs, logits
