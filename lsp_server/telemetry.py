@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import asdict, dataclass, field
 
 from engine.modes import needs_draft_model
@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 WINDOW = 32  # requests in the rolling window
 RETUNE_MIN_DRAFTED = 64  # judge a drafter only on enough drafted tokens
 RETUNE_THRESHOLD = 0.5  # below this a draft is not paying for itself
+TRACKED_ITEMS = 4096  # completion ids remembered to count each shown/accepted item once
+MAX_ITEM_ID_CHARS = 64
 
 
 @dataclass
@@ -46,6 +48,27 @@ class RequestRecord:
         return self.latency_ms <= self.budget_ms
 
 
+class RecentItems:
+    """Completion item ids seen lately, with a value each: counts every new id, remembers only
+    the last TRACKED_ITEMS (a client can send any number of ids; a set of all of them grew
+    for ever). An id older than that counts again if it comes back, which real clients,
+    reporting within seconds of the answer, do not do."""
+
+    def __init__(self, limit: int = TRACKED_ITEMS) -> None:
+        self.limit = limit
+        self.items: OrderedDict[str, int] = OrderedDict()
+        self.total = 0
+
+    def add(self, item_id: str, value: int = 0) -> None:
+        item_id = item_id[:MAX_ITEM_ID_CHARS]
+        if item_id not in self.items:
+            self.total += 1
+        self.items[item_id] = max(value, self.items.get(item_id, value))
+        self.items.move_to_end(item_id)
+        while len(self.items) > self.limit:
+            self.items.popitem(last=False)
+
+
 class Telemetry:
     def __init__(self) -> None:
         self.recent: deque[RequestRecord] = deque(maxlen=WINDOW)
@@ -54,9 +77,9 @@ class Telemetry:
                        "superseded": 0, "stale": 0, "errors": 0}
         self.totals = {"drafted": 0, "accepted": 0, "emitted": 0, "verifier_passes": 0}
         self.per_drafter: dict[str, dict[str, int]] = {}
-        self.shown: set[str] = set()
-        self.accepted_items: set[str] = set()
-        self.partial: dict[str, int] = {}
+        self.shown = RecentItems()
+        self.accepted_items = RecentItems()
+        self.partial = RecentItems()
         self.started = time.time()
 
     # -- requests ---------------------------------------------------------------------
@@ -87,7 +110,7 @@ class Telemetry:
 
     def did_partially_accept(self, item_id: str, length: int) -> None:
         self.shown.add(item_id)
-        self.partial[item_id] = max(length, self.partial.get(item_id, 0))
+        self.partial.add(item_id, length)
 
     # -- the retune rule --------------------------------------------------------------
     def window_acceptance(self, drafter: str) -> tuple[float | None, int]:
@@ -115,7 +138,7 @@ class Telemetry:
     def snapshot(self, drafter: str) -> dict:
         latencies = list(self.latencies)
         model_records = [r for r in self.recent if r.source == "model"]
-        shown = len(self.shown)
+        shown = self.shown.total
         return {
             "drafter": drafter,
             "requests": self.counts["requests"],
@@ -129,8 +152,8 @@ class Telemetry:
             "withinBudget": (sum(r.within_budget for r in model_records) / len(model_records)
                              if model_records else None),
             "shown": shown,
-            "accepted": len(self.accepted_items),
-            "partiallyAccepted": len(self.partial),
-            "userAcceptance": len(self.accepted_items) / shown if shown else None,
+            "accepted": self.accepted_items.total,
+            "partiallyAccepted": self.partial.total,
+            "userAcceptance": self.accepted_items.total / shown if shown else None,
             "recent": [asdict(r) | {"within_budget": r.within_budget} for r in list(self.recent)[-10:]],
         }

@@ -33,6 +33,7 @@ PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 INTERNAL_ERROR = -32603
 CHUNK_BYTES = 65536
+YIELD_EVERY = 64  # frames read in a row before the handlers they started get a turn
 
 
 class BadMessage(Exception):
@@ -91,7 +92,11 @@ class Session:
 
     async def run(self) -> int | None:
         """Serve until `exit` (its exit code), the end of input or `closing` (None)."""
+        frames = 0
         while not self.closing:
+            frames += 1
+            if frames % YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # buffered input never waits on the loop: let handlers run
             frame = await self.reader.next_frame()
             if frame is None:
                 return None

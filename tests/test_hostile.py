@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import pytest
 
@@ -315,3 +316,46 @@ def test_acceptance_with_a_wider_draft_vocabulary_never_emits_a_token_the_verifi
     for _ in range(100):
         n, token = accept([7], draft_probs, logits, SamplingParams(temperature=1.0), generator)
         assert n == 0 and 0 <= token < 6
+
+
+# -- 11. Bounded telemetry, a pinned hub revision ----------------------------------------------
+def test_telemetry_remembers_a_bounded_number_of_item_ids():
+    from lsp_server.telemetry import TRACKED_ITEMS, Telemetry
+
+    telemetry = Telemetry()
+    for i in range(3 * TRACKED_ITEMS):  # any number of made-up ids, as long as a client likes
+        item_id = f"qd-{i}-" + "x" * 10_000
+        telemetry.did_show(item_id)
+        telemetry.did_partially_accept(item_id, 3)
+        telemetry.did_accept(item_id)
+    telemetry.did_show(item_id)  # a repeat counts once
+    kept = (telemetry.shown, telemetry.accepted_items, telemetry.partial)
+    assert all(len(ids.items) == TRACKED_ITEMS and max(map(len, ids.items)) <= 64 for ids in kept)
+    snapshot = telemetry.snapshot("lookup")
+    assert snapshot["shown"] == snapshot["accepted"] == snapshot["partiallyAccepted"] == 3 * TRACKED_ITEMS
+
+
+def test_hub_pulls_are_pinned_to_a_commit(tmp_path, monkeypatch):
+    """No hub is reachable from the test machines: a stand-in for snapshot_download records
+    what would be asked for and writes a minimal snapshot."""
+    import time
+
+    import huggingface_hub
+
+    from engine.models import hub, presets, store
+
+    asked = []
+
+    def snapshot_download(repo_id, revision=None, local_dir=None, **kwargs):
+        asked.append((repo_id, revision))
+        (local_dir / "config.json").write_text("{}")
+        (local_dir / "model.safetensors").write_bytes(b"\0" * 8)
+        return str(local_dir)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    hub_presets = [preset for preset in presets.PRESETS.values() if preset.hub_repo]
+    assert hub_presets
+    for preset in hub_presets:
+        installed = hub.pull_hub(preset, tmp_path, time.monotonic())
+        assert re.fullmatch(r"[0-9a-f]{40}", asked[-1][1] or ""), asked[-1]
+        assert json.loads((installed / store.MANIFEST).read_text())["source"]["revision"] == asked[-1][1]

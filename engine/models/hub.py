@@ -57,6 +57,7 @@ def pull_hub(preset: Preset, home: Path, started: float) -> Path:
     try:
         info = snapshot_download(
             repo_id=preset.hub_repo,
+            revision=preset.hub_revision,
             local_dir=tmp,
             allow_patterns=["*.json", "*.safetensors", "*.txt", "*.jinja", "tokenizer*"],
         )
@@ -64,7 +65,8 @@ def pull_hub(preset: Preset, home: Path, started: float) -> Path:
         disk.rmtree(tmp / ".cache")  # huggingface_hub's resume bookkeeping, not part of the model
         if not (tmp / "config.json").is_file() or not list(tmp.glob("*.safetensors")):
             raise ModelError(f"{preset.hub_repo} on the hub has no safetensors weights")
-        return store.commit(preset, tmp, {"kind": "hub", "repo": preset.hub_repo}, started, home)
+        source = {"kind": "hub", "repo": preset.hub_repo, "revision": preset.hub_revision}
+        return store.commit(preset, tmp, source, started, home)
     except OSError as error:
         raise disk.disk_error(error, f"downloading {preset.hub_repo}", home, preset.converted_bytes) from None
 

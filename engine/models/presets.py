@@ -44,6 +44,7 @@ class Preset:
     converted_bytes: int  # disk needed by the safetensors conversion (for the free-space check)
     memory_bytes: int  # resident size in bf16, for the README and `list`
     extra_eos_tokens: tuple[str, ...] = ()  # written into generation_config.json (see presets.toml)
+    hub_revision: str | None = None  # the hub commit `pull` downloads (see presets.toml)
 
 
 def _pypi_source(table: dict) -> PypiSource:
@@ -71,6 +72,7 @@ def _load(path: Path) -> tuple[dict[str, Preset], dict[str, dict[str, str]]]:
             converted_bytes=entry["converted_bytes"],
             memory_bytes=entry["memory_bytes"],
             extra_eos_tokens=tuple(entry.get("extra_eos_tokens", ())),
+            hub_revision=entry.get("hub_revision"),
         )
         for name, entry in data["presets"].items()
     }
