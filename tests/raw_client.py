@@ -8,11 +8,13 @@ files each message: responses by id, notifications in order.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -31,6 +33,17 @@ def answers_correctly(client: "RawClient", uri: str = "file:///hostile/check.py"
     assert client.complete(uri, 1, 11), "a valid completion request got no completion"
     assert client.held_text(uri) == COMPLETABLE
     client.close_document(uri)
+
+
+@contextmanager
+def serving(model_dir, options: dict | None = None):
+    """A `quickdraft serve` on stdio with `model_dir`, initialized and ready."""
+    client = RawClient.stdio(*serve_args(model_dir))
+    try:
+        client.initialize(OPTIONS if options is None else options)
+        yield client
+    finally:
+        client.close()
 
 
 def frame(message: dict | bytes) -> bytes:
@@ -191,6 +204,11 @@ class RawClient:
     def rss_mb(self) -> float:
         status = Path(f"/proc/{self.process.pid}/status").read_text()
         return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))) / 1024
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the server process has used (for figures, never asserted)."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def exit_code(self, timeout: float = 60) -> int:
         return self.process.wait(timeout)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raw_client import OPTIONS, RawClient, serve_args
+from raw_client import serving
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -75,10 +75,8 @@ pieces = st.one_of(
 
 @pytest.fixture(scope="module")
 def fuzz_target(tiny_model_dir):
-    client = RawClient.stdio(*serve_args(tiny_model_dir))
-    client.initialize(OPTIONS)
-    yield client
-    client.close()
+    with serving(tiny_model_dir) as client:
+        yield client
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,

@@ -10,17 +10,15 @@ import re
 
 import pytest
 
-from raw_client import COMPLETABLE, OPTIONS, RawClient, answers_correctly, frame, serve_args
+from raw_client import COMPLETABLE, OPTIONS, RawClient, answers_correctly, frame, serve_args, serving
 
 pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
 def server(tiny_model_dir):
-    client = RawClient.stdio(*serve_args(tiny_model_dir))
-    client.initialize(OPTIONS)
-    yield client
-    client.close()
+    with serving(tiny_model_dir) as client:
+        yield client
 
 
 # -- 1. URIs -------------------------------------------------------------------------------
