@@ -68,6 +68,9 @@ class RecentItems:
         while len(self.items) > self.limit:
             self.items.popitem(last=False)
 
+    def __getitem__(self, item_id: str) -> int:
+        return self.items[item_id[:MAX_ITEM_ID_CHARS]]
+
 
 class Telemetry:
     def __init__(self) -> None:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raw_client import serving
+from support.raw_client import serving
 
 pytestmark = pytest.mark.timeout(900)
 

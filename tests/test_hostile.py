@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from raw_client import COMPLETABLE, OPTIONS, RawClient, answers_correctly, frame, serve_args, serving
+from support.raw_client import COMPLETABLE, OPTIONS, RawClient, answers_correctly, frame, serve_args, serving
 
 pytestmark = pytest.mark.timeout(300)
 

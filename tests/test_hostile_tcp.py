@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from raw_client import OPTIONS, RawClient, answers_correctly, frame, serve_args
+from support.raw_client import OPTIONS, RawClient, answers_correctly, frame, serve_args
 
 pytestmark = pytest.mark.timeout(300)
 

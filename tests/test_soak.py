@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from raw_client import RawClient, serve_args
+from support.raw_client import RawClient, serve_args
 
 pytestmark = pytest.mark.timeout(900)
 
