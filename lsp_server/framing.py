@@ -118,7 +118,10 @@ class FrameReader:
             if lines == 1 and _HTTP_REQUEST_LINE.match(line):
                 return await self._skip("an HTTP request, not LSP (Content-Length framed JSON-RPC)", http=True)
             name, colon, value = line.partition(b":")
-            if not colon or not _HEADER_NAME.match(name.strip()) or not line.endswith(b"\n") or lines > MAX_HEADER_LINES:
+            # Not a header, or bytes glued in front of the next frame's header ("xyzContent-Length: 52").
+            glued = _HEADER_START.search(line, 1)
+            if not colon or not _HEADER_NAME.match(name.strip()) or not line.endswith(b"\n") or glued \
+                    or lines > MAX_HEADER_LINES:
                 self.buffer[:0] = line  # the next header may start inside this line
                 return await self._skip(f"expected a header line, got {line[:60]!r}")
             if name.strip().lower() == b"content-length":

@@ -4,12 +4,14 @@ seconds (no hang) by a process that is still running (no crash)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lsp_server.framing import FrameReader
 from support.raw_client import serving
 
 pytestmark = pytest.mark.timeout(900)
@@ -71,6 +73,29 @@ pieces = st.one_of(
     st.sampled_from([b"\r\n", b"\n", b"\r", b"Content-Length: 5\r\n", b"Content-Le", b"GET / HTTP/1.1\r\n",
                      b"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\n{}", b"\xff\xfe\x00"]),
 )
+
+
+SENTINEL = b'{"jsonrpc": "2.0", "id": "sentinel", "method": "quickdraft/stats", "params": {}}'
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(stream=st.lists(pieces, max_size=8), chunk=st.integers(1, 100))
+def test_the_reader_finds_a_whole_frame_after_any_bytes(stream, chunk):
+    """The invariant the server's recovery rests on, in-process and fast: whatever came before,
+    a well-formed frame is read whole, however the bytes are cut into reads."""
+    data = b"".join(stream) + b"Content-Length: %d\r\n\r\n" % len(SENTINEL) + SENTINEL
+    reads = [data[i:i + chunk] for i in range(0, len(data), chunk)]
+
+    async def read_chunk() -> bytes:
+        return reads.pop(0) if reads else b""
+
+    async def last_frame():
+        reader, last = FrameReader(read_chunk), None
+        while (frame := await reader.next_frame()) is not None:
+            last = frame
+        return last
+
+    assert asyncio.run(last_frame()).body == SENTINEL
 
 
 @pytest.fixture(scope="module")
