@@ -18,7 +18,7 @@ from typing import Sequence
 
 import torch
 
-from engine.verify import SamplingParams, probs_from_logits, sample
+from engine.verify import SamplingParams, probs_from_logits, sample, widen
 
 ROOT = -1
 
@@ -150,6 +150,10 @@ def sampled_tree_accept(
     Each step is a Leviathan/Chen rejection against the current residual, so the result
     is distributed exactly as p.
     """
+    # A draft padded to another vocabulary size than the verifier: line p and q up (see
+    # verify.on_common_vocabulary; q = 0 / logit -inf where a side lacks the token).
+    width = max([logits.shape[-1]] + [q.shape[-1] for q in tree.probs if q is not None])
+    logits = widen(logits, width, float("-inf"))
     node, path = ROOT, []
     while True:
         residual = probs_from_logits(logits[node + 1], params)
@@ -157,6 +161,7 @@ def sampled_tree_accept(
         accepted = None
         for child in tree.children(node):
             token, q = tree.tokens[child], tree.probs[child]
+            q = None if q is None else widen(q, width, 0.0)
             q_token = 1.0 if q is None else float(q[token])
             u = float(torch.rand((), generator=generator))
             if q_token > 0 and u * q_token <= float(residual[token]):

@@ -153,6 +153,11 @@ def on_common_vocabulary(draft_probs: torch.Tensor | None, logits: torch.Tensor)
     if draft_probs is None or draft_probs.shape[-1] == logits.shape[-1]:
         return draft_probs, logits
     width = max(draft_probs.shape[-1], logits.shape[-1])
-    draft_probs = torch.nn.functional.pad(draft_probs, (0, width - draft_probs.shape[-1]))
-    logits = torch.nn.functional.pad(logits, (0, width - logits.shape[-1]), value=float("-inf"))
-    return draft_probs, logits
+    return widen(draft_probs, width, 0.0), widen(logits, width, float("-inf"))
+
+
+def widen(values: torch.Tensor, width: int, fill: float) -> torch.Tensor:
+    """`values` padded on the vocabulary axis to `width` with `fill` (unchanged when wide enough)."""
+    if values.shape[-1] >= width:
+        return values
+    return torch.nn.functional.pad(values, (0, width - values.shape[-1]), value=fill)

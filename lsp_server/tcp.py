@@ -27,6 +27,7 @@ from pathlib import Path
 
 from lsp_server.framing import MAX_BODY_BYTES, FrameReader
 from lsp_server.transport import CHUNK_BYTES, INVALID_REQUEST, Session
+from lsp_server.warming import Warmer
 
 log = logging.getLogger(__name__)
 
@@ -150,8 +151,12 @@ class TcpSession(Session):
         self.owner.active = None
         for future in list(self.protocol._request_futures.values()):
             future.cancel()
-        self.owner.service.scheduler.cancel_all()
-        self.owner.service.notify = lambda method, params: None  # nobody to tell until the next client
+        service = self.owner.service
+        service.scheduler.cancel_all()
+        service.notify = lambda method, params: None  # nobody to tell until the next client
+        # Its cursors and documents are gone with it: no warming for them, nothing carried over.
+        service.warmer.stop()
+        service.warmer = Warmer(service)
 
 
 async def serve_tcp(settings, host: str, port: int, *, token_file: str | None = None) -> int:

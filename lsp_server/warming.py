@@ -36,6 +36,7 @@ from lsprotocol import types
 from engine.anchor import Anchor, typed_since
 from engine.errors import QuickdraftError
 from lsp_server.context import Cursor, build_request, locate, looks_binary
+from lsp_server.documents import canonical_uri
 from lsp_server.plain_data import plain_data
 from lsp_server.scheduler import Superseded
 
@@ -76,7 +77,8 @@ def parse_cursor(params: Any) -> tuple[str, types.Position] | None:
     line, character = (position.get("line"), position.get("character")) if isinstance(position, dict) else (None, None)
     if not isinstance(uri, str) or not all(type(v) is int and v >= 0 for v in (line, character)):
         return None
-    return uri, types.Position(line=line, character=character)
+    # A custom notification: the protocol only canonicalises typed params' URIs (documents.py).
+    return canonical_uri(uri), types.Position(line=line, character=character)
 
 
 class Warmer:

@@ -316,6 +316,39 @@ def test_acceptance_with_a_wider_draft_vocabulary_never_emits_a_token_the_verifi
         assert n == 0 and 0 <= token < 6
 
 
+def test_tree_sampling_with_draft_vocabularies_padded_differently_follows_the_verifier():
+    """The same for a token tree (SpecInfer's rule): two children drafted from a 6-row q under
+    an 8-row verifier come out distributed as p; children from a 10-row q never yield a token
+    the verifier lacks."""
+    import torch
+    from scipy.stats import chisquare
+
+    from engine.tree import TokenTree, tree_accept
+    from engine.verify import SamplingParams, probs_from_logits
+
+    params = SamplingParams(temperature=1.0)
+    root = torch.tensor([0.9, 0.1, -0.5, 0.4, 0.0, -1.0, 0.7, 0.3])
+    logits = torch.stack([root, torch.zeros(8), torch.zeros(8)])  # rows for [root, child, child]
+    generator = torch.Generator().manual_seed(3)
+
+    def first_token(q: torch.Tensor) -> int:
+        tree = TokenTree()
+        for _ in range(2):
+            tree.add(int(torch.multinomial(q, 1, generator=generator)), q=q)
+        path, token = tree_accept(tree, logits, params, generator)
+        return tree.tokens[path[0]] if path else token
+
+    narrow = probs_from_logits(torch.tensor([0.2, 0.8, -0.3, 0.1, 0.5, -0.2]), params)
+    samples = 4000
+    counts = [0] * 8
+    for _ in range(samples):
+        counts[first_token(narrow)] += 1
+    p = probs_from_logits(root, params).double()
+    assert chisquare(counts, (p / p.sum() * samples).tolist()).pvalue > 1e-3
+    wide = torch.full((10,), 0.1)
+    assert all(first_token(wide) < 8 for _ in range(200))
+
+
 # -- 11. Bounded telemetry, a pinned hub revision ----------------------------------------------
 def test_telemetry_remembers_a_bounded_number_of_item_ids():
     from lsp_server.telemetry import TRACKED_ITEMS, Telemetry

@@ -118,6 +118,8 @@ def test_tcp_serves_one_client_at_a_time_and_outlives_disconnects(tcp_server):
         client = tcp_session(tcp_server)
         try:
             assert client.held_text("file:///tcp/first.py") is None  # a fresh session
+            warming = client.result("quickdraft/stats")["warming"]["recent"]
+            assert all(record["uri"] != "file:///tcp/first.py" for record in warming), warming
             answers_correctly(client)
             assert client.request("shutdown")["result"] is None
             client.notify("exit")  # ends this session only

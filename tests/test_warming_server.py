@@ -83,6 +83,16 @@ def test_malformed_cursor_notifications_leave_the_server_serving(server, tmp_pat
     assert server.stats()["state"] == "ready"
 
 
+def test_a_cursor_on_a_uri_spelled_otherwise_warms_the_open_document(server, tmp_path):
+    """Issue 15 item 1 for the custom notification: `sp ace` and `sp%20ace` are one document."""
+    folder = tmp_path / "sp ace"
+    folder.mkdir()
+    uri = (folder / "spelled.py").as_uri()  # file:///…/sp%20ace/spelled.py
+    server.open(uri, SOURCE)
+    move_cursor(server, uri.replace("%20", " "), 400, 4)
+    assert wait_for_warm(server, uri, 400)["trigger"] == "cursor"
+
+
 def test_first_completion_bench_runs_both_modes_side_by_side(tiny_model_dir, tmp_path):
     from lsp_server.bench.first_completion import FirstCompletionConfig, format_table, run_first_completion_bench
 
