@@ -84,8 +84,9 @@ def speculative_decision(
 ) -> torch.Tensor:
     """[n, token] on the logits' device, every drafted position tested at once. Uniforms for
     positions after the first rejection are drawn and unused: the distribution is unchanged."""
+    draft_probs, logits = on_common_vocabulary(draft_probs, logits)
     p = probs_from_logits(logits, params)
-    k, vocab = len(draft_tokens), p.shape[-1]
+    k = len(draft_tokens)
     generator = on_device(generator, p.device)
     drafts = cuda_graphs.upload(draft_tokens, p.device)
     rows = torch.arange(k, device=p.device)
@@ -108,18 +109,11 @@ def speculative_decision(
     elif k == 0:
         residual = p_row
     else:
-        residual = (p_row - _fit_vocab(draft_probs.index_select(0, last), vocab) * is_draft).clamp_min(0.0)
+        residual = (p_row - draft_probs.index_select(0, last) * is_draft).clamp_min(0.0)
     # p == q leaves no residual mass (and rejection then has probability 0): fall back to p.
     residual = torch.where(residual.sum(dim=-1, keepdim=True) > 0, residual, p_row)
     token = torch.multinomial(residual, 1, generator=generator)[0]
     return torch.cat([n, token])
-
-
-def _fit_vocab(rows: torch.Tensor, vocab: int) -> torch.Tensor:
-    """Draft probabilities over the verifier's vocabulary: ids only one side has get q = 0."""
-    if rows.shape[-1] >= vocab:
-        return rows[..., :vocab]
-    return torch.nn.functional.pad(rows, (0, vocab - rows.shape[-1]))
 
 
 def _to_host(decision: torch.Tensor) -> tuple[int, int]:
@@ -142,14 +136,14 @@ def accept(
     `draft_probs` None means a deterministic proposal (prompt lookup): q is one-hot."""
     if params.greedy:
         return greedy_accept(draft_tokens, logits)
-    draft_probs, logits = on_common_vocabulary(draft_probs, logits)
     return _to_host(speculative_decision(draft_tokens, draft_probs, logits, params, generator))
 
 
 def on_common_vocabulary(draft_probs: torch.Tensor | None, logits: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
     """A pair that shares a tokenizer may pad its embeddings differently (a 152,064-row verifier
     with a 151,936-row draft): widen the narrower side with tokens it can never produce (q = 0,
-    logit -inf) so that p and q line up. Exact: those tokens have probability 0 on that side."""
+    logit -inf) so that p and q line up. Exact: those tokens have probability 0 on that side, and
+    a token only the draft has is drafted with p = 0, so it is always rejected."""
     if draft_probs is None or draft_probs.shape[-1] == logits.shape[-1]:
         return draft_probs, logits
     width = max(draft_probs.shape[-1], logits.shape[-1])
