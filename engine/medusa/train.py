@@ -155,7 +155,7 @@ def train_heads(heads: MedusaHeads, train: Shard, held: Shard, vocab: int, confi
                                   lr=config.learning_rate, weight_decay=0.01)
     state = {"step": 0, "before": None, "log": []}
     if checkpoint is not None and checkpoint.exists():
-        saved = torch.load(checkpoint, weights_only=False)
+        saved = torch.load(checkpoint, weights_only=True)  # tensors and plain data only: no pickled code
         if saved.get("config") == config.resume_key() and saved["state"]["step"] <= config.steps:
             heads.load_state_dict(saved["heads"])
             optimizer.load_state_dict(saved["optimizer"])
