@@ -1,0 +1,55 @@
+"""The local backend: quickdraft's speculative engine, loaded in this process."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from typing import Callable
+
+from engine.backends.base import TextCallback
+from engine.completion import CompletionEngine, CompletionRequest, CompletionResult
+
+
+class LocalBackend:
+    kind = "local"
+
+    def __init__(self, engine: CompletionEngine) -> None:
+        self.engine = engine
+
+    @classmethod
+    def load(cls, verifier: str | None, draft: str | None, *, drafter: str, dtype: str | None = None,
+             device: str | None = None) -> "LocalBackend":
+        return cls(CompletionEngine.load(verifier, draft, drafter=drafter, dtype=dtype, device=device))
+
+    def complete(self, request: CompletionRequest, cancel: threading.Event | None = None,
+                 on_text: TextCallback | None = None,
+                 on_answer: Callable[[CompletionResult], None] | None = None) -> CompletionResult:
+        return self.engine.complete(request, cancel=cancel, on_text=on_text, on_answer=on_answer)
+
+    def warm(self, request: CompletionRequest, cancel: threading.Event | None = None) -> int:
+        return self.engine.warm(request, cancel=cancel)
+
+    # -- what only a local engine has -------------------------------------------------
+    @property
+    def drafter_mode(self) -> str:
+        return self.engine.drafter_mode
+
+    def set_drafter(self, mode: str) -> None:
+        self.engine.set_drafter(mode)
+
+    def set_context_budget(self, **chosen: int | None) -> None:
+        """Token budgets the client chose override the engine's defaults for its device."""
+        engine = self.engine
+        engine.context_budget = replace(engine.default_budget, **{k: v for k, v in chosen.items() if v is not None})
+
+    def describe(self) -> str:
+        verifier = self.engine.verifier
+        return f"{verifier.name} ({verifier.dtype}, {verifier.device}), drafter {self.engine.drafter_mode}"
+
+    def stats(self) -> dict:
+        verifier, draft = self.engine.verifier, self.engine.draft
+        return {"kind": self.kind, "verifier": verifier.name, "draft": draft.name if draft is not None else None,
+                "device": str(verifier.device), "dtype": str(verifier.dtype).removeprefix("torch.")}
+
+    def close(self) -> None:
+        pass
