@@ -42,7 +42,7 @@ def create_server(settings: Settings, service: CompletionService | None = None) 
 
     @server.feature(types.INITIALIZED)
     def initialized(ls: LanguageServer, params: types.InitializedParams) -> None:
-        if service.state == "ready" and service.engine_key == service.settings.model_key():
+        if service.state == "ready" and service.backend_key == service.settings.model_key():
             service.send_status("ready", "ready: models already loaded")  # a later TCP client
         service.start_loading()
 

@@ -1,8 +1,9 @@
 """The completion service behind the LSP handlers: plain code, testable without a server.
 
-It owns the engine (loaded in the background on the single worker), the settings,
-the scheduler, telemetry and the type-through cache, and turns an inline-completion
-request into LSP items. The engine is only ever touched from the worker thread.
+It owns the backend (the local engine, loaded in the background on the single worker, or
+a remote inference server), the settings, the scheduler, telemetry and the type-through
+cache, and turns an inline-completion request into LSP items. The backend is only ever
+touched from the worker thread.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from typing import Callable
 
 from lsprotocol import types
 
+from engine.backends.base import Health
 from engine.errors import QuickdraftError
+from lsp_server.backends import describe_choice, open_backend
 from lsp_server.context import Cursor, build_request, locate, looks_binary
 from lsp_server.scheduler import Scheduler, Superseded
 from lsp_server.settings import Settings, apply_client_settings
@@ -46,8 +49,9 @@ class CompletionService:
         self.log_message = log_message  # window/logMessage
         self.scheduler = Scheduler()
         self.telemetry = Telemetry()
-        self.engine = None
-        self.engine_key: tuple | None = None
+        self.backend = None  # engine.backends: LocalBackend | RemoteBackend
+        self.backend_key: tuple | None = None
+        self.backend_health: Health | None = None  # a remote server's trouble, when it has some
         self.state = "starting"  # starting | loading | ready | error
         self.error = ""
         self.shown: dict[str, Shown] = {}
@@ -65,8 +69,15 @@ class CompletionService:
         self.notify("quickdraft/status", {"state": state, "message": message, "draftAcceptance": rate})
 
     @property
+    def engine(self):
+        """The local engine behind the backend; None for a remote server (tests and debugging)."""
+        return getattr(self.backend, "engine", None)
+
+    @property
     def drafter_mode(self) -> str:
-        return self.engine.drafter_mode if self.engine is not None else self.settings.drafter
+        if self.backend is not None and self.backend.kind == "remote":
+            return "server"  # the inference server drafts (or not) by its own configuration
+        return self.backend.drafter_mode if self.backend is not None else self.settings.drafter
 
     def start_loading(self) -> None:
         """Load (or reload) models on the worker; the editor is never blocked meanwhile."""
@@ -74,31 +85,34 @@ class CompletionService:
 
     async def load_models(self) -> None:
         settings = self.settings
-        if self.engine is not None and self.engine_key == settings.model_key():
-            await self.scheduler.call(lambda: self.engine.set_drafter(settings.drafter))
+        if self.backend is not None and self.backend_key == settings.model_key():
+            if self.backend.kind == "local":
+                await self.scheduler.call(lambda: self.backend.set_drafter(settings.drafter))
             return
         self.scheduler.cancel_all()
-        self.status("loading", f"loading models (verifier {settings.verifier or 'default'}, "
-                               f"draft {settings.draft or 'default'}, drafter {settings.drafter})")
+        self.status("loading", describe_choice(settings))
+        loop = asyncio.get_running_loop()
+
+        def on_health(health: Health) -> None:  # called from the backend's threads
+            loop.call_soon_threadsafe(self.backend_health_changed, health)
 
         def load():
-            from engine.completion import CompletionEngine
-
-            self.engine = None  # free the old models before loading new ones
-            engine = CompletionEngine.load(settings.verifier, settings.draft, drafter=settings.drafter,
-                                           dtype=settings.dtype, device=settings.device)
-            engine.template  # a model without fill-in-the-middle tokens fails here, with the reason
-            self.apply_budget(engine)
-            return engine
+            if self.backend is not None:
+                self.backend.close()
+            self.backend = None  # free the old models before loading new ones
+            backend = open_backend(settings, on_health)
+            self.apply_budget(backend)
+            return backend
 
         try:
-            self.engine = await self.scheduler.call(load)
-            self.engine_key = settings.model_key()
+            self.backend = await self.scheduler.call(load)
+            self.backend_key = settings.model_key()
             self.shown.clear()
             self.error = ""
-            verifier = self.engine.verifier
-            self.status("ready", f"ready: {verifier.name} ({verifier.dtype}, {verifier.device}), "
-                                 f"drafter {self.engine.drafter_mode}")
+            self.status("ready", f"ready: {self.backend.describe()}")
+            health = getattr(self.backend, "health", None)
+            if health is not None and health.state != "ready":
+                self.backend_health_changed(health)
             self.warmer.engine_ready()
         except QuickdraftError as error:
             self.error = str(error)
@@ -114,14 +128,19 @@ class CompletionService:
         self.settings = apply_client_settings(self.settings, options)
         if self.settings.model_key() != previous.model_key() or self.settings.drafter != previous.drafter:
             self.start_loading()
-        elif self.engine is not None and previous != self.settings:
-            self.apply_budget(self.engine)
+        elif self.backend is not None and previous != self.settings:
+            self.apply_budget(self.backend)
 
-    def apply_budget(self, engine) -> None:
-        """Context budgets the client set override the engine's defaults for its device."""
-        chosen = {"prefix_tokens": self.settings.prefix_tokens, "suffix_tokens": self.settings.suffix_tokens,
-                  "other_documents_tokens": self.settings.other_documents_tokens}
-        engine.context_budget = replace(engine.default_budget, **{k: v for k, v in chosen.items() if v is not None})
+    def apply_budget(self, backend) -> None:
+        """Context budgets the client set override the backend's defaults."""
+        backend.set_context_budget(prefix_tokens=self.settings.prefix_tokens, suffix_tokens=self.settings.suffix_tokens,
+                                   other_documents_tokens=self.settings.other_documents_tokens)
+
+    def backend_health_changed(self, health: Health) -> None:
+        """A remote server went away, got slow or came back: tell the user (requests go on)."""
+        self.backend_health = None if health.state == "ready" else health
+        if self.state == "ready":
+            self.send_status(health.state, health.message)
 
     # -- completions ----------------------------------------------------------------
     async def complete(self, workspace, params: types.InlineCompletionParams) -> types.InlineCompletionList:
@@ -145,7 +164,7 @@ class CompletionService:
 
         request = build_request(cursor, self.settings, workspace, received_at=started)
         version = cursor.version
-        engine = self.engine
+        backend = self.backend
 
         def is_stale() -> bool:
             current = workspace.text_documents.get(uri)
@@ -161,7 +180,7 @@ class CompletionService:
             loop.call_soon_threadsafe(self.answer, answered, started, cursor, partial)
 
         def job(cancel):
-            result = engine.complete(request, cancel=cancel, on_answer=lambda partial: answer_early(partial, cancel))
+            result = backend.complete(request, cancel=cancel, on_answer=lambda partial: answer_early(partial, cancel))
             # Recorded from here, so runs cut short by $/cancelRequest are counted too.
             loop.call_soon_threadsafe(self.finished, answered, started, cursor, result, is_stale)
             return result
@@ -259,19 +278,25 @@ class CompletionService:
         self.maybe_retune()
 
     def notify_progress(self, state: str) -> None:
-        """busy while the engine works, ready after, with the live draft acceptance for status bars."""
-        if self.state == "ready":
+        """busy while the engine works, ready after, with the live draft acceptance for status bars;
+        while a remote server is in trouble the status keeps saying so."""
+        if self.state != "ready":
+            return
+        trouble = self.backend_health
+        if trouble is not None and state == "ready":
+            self.send_status(trouble.state, trouble.message)
+        else:
             self.send_status(state, state)
 
     def maybe_retune(self) -> None:
-        if not self.settings.adaptive_drafting or self.engine is None:
+        if not self.settings.adaptive_drafting or self.backend is None or self.backend.kind != "local":
             return
-        decision = self.telemetry.retune(self.engine.drafter_mode)
+        decision = self.telemetry.retune(self.backend.drafter_mode)
         if decision is None:
             return
         mode, reason = decision
-        engine = self.engine
-        asyncio.ensure_future(self.scheduler.call(lambda: engine.set_drafter(mode)))
+        backend = self.backend
+        asyncio.ensure_future(self.scheduler.call(lambda: backend.set_drafter(mode)))
         self.log_message(f"quickdraft: {reason}", types.MessageType.Info)
         self.send_status("ready", reason)
 
@@ -292,6 +317,8 @@ class CompletionService:
         snapshot = self.telemetry.snapshot(self.drafter_mode)
         snapshot["state"] = self.state
         snapshot["warming"] = self.warmer.snapshot()
+        if self.backend is not None:
+            snapshot["backend"] = self.backend.stats()
         if self.error:
             snapshot["error"] = self.error
         return snapshot
@@ -299,3 +326,5 @@ class CompletionService:
     def shutdown(self) -> None:
         self.warmer.stop()
         self.scheduler.shutdown()
+        if self.backend is not None:
+            self.backend.close()

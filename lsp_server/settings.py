@@ -28,9 +28,16 @@ class Settings:
     other_documents_tokens: int | None = None
     adaptive_drafting: bool = True  # switch drafters when draft acceptance stays under 50 %
     warm: bool = True  # prefill the cursor's prompt window in the background (lsp_server/warming.py)
+    # A shared inference server instead of local models (engine/backends/remote.py).
+    backend: str | None = None  # URL of an OpenAI-compatible server; None: the local engine
+    backend_model: str | None = None  # the model name it serves; None: the first it lists
+    backend_tokenizer: str | None = None  # where the model's tokenizer is here; None: try backend_model
+    api_key_env: str | None = None  # environment variable holding the server's bearer token
 
     def model_key(self) -> tuple:
-        """Settings whose change means loading models again."""
+        """Settings whose change means loading models (or connecting to the backend) again."""
+        if self.backend:
+            return ("remote", self.backend, self.backend_model, self.backend_tokenizer, self.api_key_env)
         return (self.verifier, self.draft if needs_draft_model(self.drafter) else "none", self.dtype, self.device)
 
     def language_enabled(self, language_id: str | None) -> bool:
@@ -44,6 +51,8 @@ _CLIENT_NAMES = {
     "disabledLanguages": "disabled_languages", "prefixTokens": "prefix_tokens", "suffixTokens": "suffix_tokens",
     "otherDocumentsTokens": "other_documents_tokens", "adaptiveDrafting": "adaptive_drafting",
     "warm": "warm",
+    "backend": "backend", "backendModel": "backend_model", "backendTokenizer": "backend_tokenizer",
+    "apiKeyEnv": "api_key_env",
 }
 _LIMITS = {"budget_ms": (1, 60_000), "max_new_tokens": (1, 1024), "prefix_tokens": (16, 32_768),
            "suffix_tokens": (0, 32_768), "other_documents_tokens": (0, 32_768)}

@@ -16,8 +16,8 @@ window while the user reads or moves:
 
 A warm is a background job on the engine's worker: the next real request cancels it
 between two decoder layers, keeping the prefill chunks it finished, so the request
-feeds only the rest. It runs `engine.warm` on the very request a completion at the cursor
-would make (which also sets the typing anchor), so it never feeds anything the next
+feeds only the rest. It runs the backend's `warm` on the very request a completion at the
+cursor would make (which also sets the typing anchor), so it never feeds anything the next
 request at that spot would not feed itself. There is one KV cache, so there is one warm
 at a time: a newer one supersedes the older.
 """
@@ -180,7 +180,7 @@ class Warmer:
     def warm_focus(self, trigger: str) -> asyncio.Task | None:
         """Start warming the cursor's window unless the cache holds it or warming is off."""
         service = self.service
-        if self.focus is None or not service.settings.warm or service.state != "ready" or service.engine is None:
+        if self.focus is None or not service.settings.warm or service.state != "ready" or service.backend is None:
             return None
         uri, position = self.focus
         spot = Spot(uri, position.line)
@@ -225,7 +225,7 @@ class Warmer:
 
     # -- warming ------------------------------------------------------------------------
     async def _warm(self, spot: Spot, request, version, trigger: str) -> None:
-        service, engine = self.service, self.service.engine
+        service, backend = self.service, self.service.backend
         started = time.monotonic()
         record = WarmRecord(spot.uri, spot.line, trigger, "warmed")
 
@@ -234,7 +234,7 @@ class Warmer:
             return document is None or document.version != version
 
         def job(cancel):
-            fed = engine.warm(request, cancel)
+            fed = backend.warm(request, cancel)
             return fed, cancel.is_set()
 
         try:
@@ -258,7 +258,7 @@ class Warmer:
         self.records.append(record)
         log.info("warm %s:%d (%s): %s, %d tokens fed in %.0f ms", spot.uri, spot.line + 1, trigger,
                  record.outcome, record.fed_tokens, record.ms)
-        if record.outcome == "warmed" and engine is service.engine:
+        if record.outcome == "warmed" and backend is service.backend:
             self.covered, self.covered_by_request = spot, False
         elif record.outcome != "error":
             self._restart_idle()  # still owed: try again once the server is idle

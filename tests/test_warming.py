@@ -16,6 +16,7 @@ import pytest
 from lsprotocol import types
 from pygls.workspace import Workspace
 
+from engine.backends.local import LocalBackend
 from engine.completion import CPU_CONTEXT_BUDGET, CompletionEngine, CompletionRequest
 from engine.models.loading import load_model
 from lsp_server import warming
@@ -96,7 +97,7 @@ def no_idle_warms(monkeypatch):
 def session(verifier):
     """A ready service on a fresh engine: a cold cache."""
     service = CompletionService(SETTINGS, notify=lambda method, params: None, log_message=lambda text, kind: None)
-    service.engine, service.state = new_engine(verifier), "ready"
+    service.backend, service.state = LocalBackend(new_engine(verifier)), "ready"
     yield Session(service)
     service.shutdown()
 

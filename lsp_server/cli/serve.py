@@ -22,6 +22,15 @@ def add_parsers(sub) -> None:
     serve.add_argument("--device", help="cpu | cuda | cuda:N")
     serve.add_argument("--no-warm", action="store_true",
                        help="do not prefill the cursor's prompt window ahead of requests (setting `warm`)")
+    remote = serve.add_argument_group("a shared inference server instead of local models (README: Teams)")
+    remote.add_argument("--backend", metavar="URL",
+                        help="OpenAI-compatible server (vLLM, SGLang, llama.cpp): http://127.0.0.1:PORT, or https:// "
+                             "for one on another machine")
+    remote.add_argument("--backend-model", metavar="NAME", help="the model name it serves (default: the first it lists)")
+    remote.add_argument("--backend-tokenizer", metavar="SPEC",
+                        help="the model's tokenizer here (preset, directory, .gguf) to send exact token ids; "
+                             "'none' sends text (default: --backend-model, if it is found here)")
+    remote.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the server's bearer token")
     serve.add_argument("--tcp", action="store_true", help="listen on TCP instead of stdio")
     serve.add_argument("--stdio", action="store_true", help="use stdio (the default; accepted because clients pass it)")
     serve.add_argument("--host", default="127.0.0.1", help="TCP address (default 127.0.0.1: this machine only)")
@@ -37,7 +46,9 @@ def settings_from_args(args: argparse.Namespace):
 
     settings = machine_defaults()
     flags = {"verifier": args.verifier, "draft": args.draft, "drafter": args.drafter, "dtype": args.dtype,
-             "device": args.device, "max_new_tokens": args.max_new_tokens, "budget_ms": args.budget_ms}
+             "device": args.device, "max_new_tokens": args.max_new_tokens, "budget_ms": args.budget_ms,
+             "backend": args.backend, "backend_model": args.backend_model,
+             "backend_tokenizer": args.backend_tokenizer, "api_key_env": args.api_key_env}
     if args.no_warm:
         flags["warm"] = False
     return replace(settings, **{k: v for k, v in flags.items() if v is not None})
