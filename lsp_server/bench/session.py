@@ -22,7 +22,7 @@ import logging
 import random
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -30,7 +30,7 @@ from lsprotocol import types
 
 from engine.bench.common import load_average
 from engine.bench.corpus import Hole, body_holes, default_corpus, display_path, expand_paths, read_source
-from lsp_server.bench.session_report import environment, summarize
+from lsp_server.bench.session_report import environment, summarize, summarize_editors
 from lsp_server.client import QuickdraftClient, position_after, serve_args
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,12 @@ class SessionBenchConfig:
     budget_ms: float | None = None
     max_new_tokens: int | None = None
     adaptive_drafting: bool | None = None  # None: server default
+    # A shared inference server instead of local models (`quickdraft serve --backend`).
+    backend: str | None = None
+    backend_model: str | None = None
+    backend_tokenizer: str | None = None
+    editors: int = 1  # simulated editors typing at once, each with its own server and its own files
+    client_settings: dict | None = None  # more initializationOptions for every server (README: Settings)
     load_timeout_s: float = 900.0
     progress: bool = True
 
@@ -241,10 +247,11 @@ class Typist:
 
 
 class SessionRun:
-    def __init__(self, config: SessionBenchConfig, drafter: str | None, files, out: Path | None) -> None:
+    def __init__(self, config: SessionBenchConfig, drafter: str | None, files, out: Path | None,
+                 name: str | None = None) -> None:
         self.config = config
         self.files = files
-        self.name = drafter or "default"
+        self.name = name or drafter or "default"
         self.drafter = drafter
         self.log_file = (out / f"server-{self.name}.log") if out else None
         self.client = QuickdraftClient("quickdraft-bench")
@@ -260,14 +267,16 @@ class SessionRun:
     def serve_args(self) -> list[str]:
         c = self.config
         return serve_args(verifier=c.verifier, draft=c.draft, drafter=self.drafter, dtype=c.dtype, device=c.device,
-                          budget_ms=c.budget_ms, max_new_tokens=c.max_new_tokens, log_file=self.log_file)
+                          budget_ms=c.budget_ms, max_new_tokens=c.max_new_tokens, log_file=self.log_file,
+                          backend=c.backend, backend_model=c.backend_model, backend_tokenizer=c.backend_tokenizer)
 
     def initialization_options(self) -> dict:
-        if self.config.adaptive_drafting is None:
-            return {}
-        return {"adaptiveDrafting": self.config.adaptive_drafting}
+        options = dict(self.config.client_settings or {})
+        if self.config.adaptive_drafting is not None:
+            options["adaptiveDrafting"] = self.config.adaptive_drafting
+        return options
 
-    async def run(self) -> None:
+    async def run(self, together: asyncio.Barrier | None = None) -> None:
         from tqdm import tqdm
 
         load_started = time.monotonic()
@@ -276,6 +285,8 @@ class SessionRun:
         self.load_s = time.monotonic() - load_started
         try:
             await self.warm_up()
+            if together is not None:
+                await together.wait()  # every editor has started and warmed up: type at once
             total = sum(len(h.middle) for _, _, holes in self.files for h in holes)
             self.started = time.monotonic()
             with tqdm(total=total, desc=f"session {self.name}", unit="char", disable=not self.config.progress) as bar:
@@ -317,12 +328,30 @@ def pick_files(paths: Sequence[str], config: SessionBenchConfig) -> list[Path]:
     return default_corpus(config.files * 4, config.seed)
 
 
-async def _run_sessions(config: SessionBenchConfig, files, out: Path | None) -> list[SessionRun]:
+async def _run_sessions(config: SessionBenchConfig, files, out: Path | None, paths: Sequence[str] = ()) -> list[SessionRun]:
     runs = []
     for drafter in config.drafters:
+        if config.editors > 1:
+            runs += await _run_editors(config, drafter, files, out, paths)
+            continue
         run = SessionRun(config, drafter, files, out)
         await run.run()
         runs.append(run)
+    return runs
+
+
+async def _run_editors(config: SessionBenchConfig, drafter: str | None, files, out: Path | None,
+                       paths: Sequence[str]) -> list[SessionRun]:
+    """N editors typing at once, each through its own `quickdraft serve`: the first types the
+    session's files, the others files picked with their own seeds (a team does not type one file)."""
+    runs = []
+    for editor in range(config.editors):
+        own = replace(config, seed=config.seed + editor)
+        editor_files = files if editor == 0 else session_holes(pick_files(paths, own), own)
+        runs.append(SessionRun(replace(config, progress=config.progress and editor == 0), drafter,
+                               editor_files or files, out, name=f"{drafter or 'default'}-editor{editor}"))
+    together = asyncio.Barrier(len(runs))
+    await asyncio.gather(*(run.run(together) for run in runs))
     return runs
 
 
@@ -339,7 +368,7 @@ def run_session_bench(config: SessionBenchConfig, paths: Sequence[str] = (), out
         raise RuntimeError("no function body of a typeable size in the corpus; name other files or raise --max-hole-chars")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-    runs = asyncio.run(_run_sessions(config, files, out))
+    runs = asyncio.run(_run_sessions(config, files, out, paths))
     env["load_average_end"] = load_average()
     modes = [summarize(run) for run in runs]
     config_dict = asdict(config)
@@ -352,6 +381,7 @@ def run_session_bench(config: SessionBenchConfig, paths: Sequence[str] = (), out
         "holes": [{**h.describe(), "file": display_path(p)} for p, _, holes in files for h in holes],
         **{k: v for k, v in modes[0].items() if k != "name"},
         "modes": modes,
+        **({"all_editors": summarize_editors(runs)} if config.editors > 1 else {}),
         "requests": [asdict(r) for run in runs for r in run.records],
     }
     return result

@@ -77,6 +77,14 @@ def add_parsers(sub) -> None:
     session.add_argument("--device", help="server device")
     session.add_argument("--no-adaptive-drafting", action="store_true",
                          help="keep the chosen drafter all session (the server may otherwise switch to lookup)")
+    remote = session.add_argument_group("a shared inference server (README: Teams)")
+    remote.add_argument("--backend", metavar="URL", help="complete from this OpenAI-compatible server (quickdraft serve --backend)")
+    remote.add_argument("--backend-model", metavar="NAME", help="the model name it serves")
+    remote.add_argument("--backend-tokenizer", metavar="SPEC", help="the model's tokenizer here (preset, directory, .gguf)")
+    session.add_argument("--settings", type=json.loads, metavar="JSON",
+                         help='more client settings for the server, e.g. \'{"prefixTokens": 384, "suffixTokens": 16}\'')
+    remote.add_argument("--editors", type=int, default=1,
+                        help="simulated editors typing at once, each with its own server (default 1)")
     session.set_defaults(handler=run_session)
 
     first = kinds.add_parser("first-completion",
@@ -236,6 +244,8 @@ def run_session(args: argparse.Namespace) -> int:
         seed=args.seed, verifier=args.verifier, draft=args.draft, drafters=tuple(args.drafter or [None]),
         dtype=args.dtype, device=args.device, budget_ms=args.budget_ms, max_new_tokens=args.max_new_tokens,
         adaptive_drafting=False if args.no_adaptive_drafting else None, progress=not args.no_progress,
+        backend=args.backend, backend_model=args.backend_model, backend_tokenizer=args.backend_tokenizer,
+        editors=max(1, args.editors), client_settings=args.settings,
     )
     out = Path(args.out)
     try:
@@ -246,6 +256,11 @@ def run_session(args: argparse.Namespace) -> int:
     (out / "session.json").write_text(json.dumps(result, indent=1))
     plots = write_plots(result, out)
     print(format_table(result))
+    if "all_editors" in result:
+        together = result["all_editors"]
+        print(f"{together['editors']} editors together: {together['answered']} answered of {together['requests']}; "
+              f"all answers p50 {together['latency_ms']['p50']} ms, p90 {together['latency_ms']['p90']} ms; "
+              f"model answers p50 {together['latency_ms_model']['p50']} ms, p90 {together['latency_ms_model']['p90']} ms")
     print(f"wrote {out / 'session.json'}, {', '.join(str(p) for p in plots)}")
     return 0
 
