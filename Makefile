@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 QD     := $(VENV)/bin/quickdraft
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup models clients demo test test-fast clean
+.PHONY: setup models clients llama-server demo test test-fast clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -22,13 +22,17 @@ models: setup
 clients: setup
 	bash editor-clients/setup.sh
 
+# llama.cpp's llama-server for the remote-backend tests: built once per machine, then cached.
+llama-server: setup
+	bash tests/support/build_llama_server.sh
+
 demo: models
 	$(QD) demo
 
-test: models clients
+test: models clients llama-server
 	$(PY) -m pytest -q -p no:cacheprovider
 
-test-fast: setup
+test-fast: setup llama-server
 	$(PY) -m pytest -q -m "not real_model and not editor"
 
 clean:

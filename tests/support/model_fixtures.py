@@ -17,29 +17,41 @@ import numpy as np
 from engine.models.presets import Part, Preset, PypiSource
 
 TINY_VOCAB = 272
+FIM_TOKENS = ["<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"]
+PRINTABLE = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _"
 
 
-def write_tiny_gguf(path: Path, *, seed: int = 0) -> Path:
-    """A 2-layer Qwen2 GGUF (float32 tensors) with a byte-level BPE tokenizer and Qwen's special tokens."""
+def write_tiny_gguf(path: Path, *, seed: int = 0, fim: bool = False, printable: bool = False, hidden: int = 64,
+                    layers: int = 2, context: int = 512) -> Path:
+    """A 2-layer Qwen2 GGUF (float32 tensors) with a byte-level BPE tokenizer and Qwen's special tokens.
+
+    fim: Qwen2.5-Coder's FIM and repository tokens too (llama.cpp's /infill needs them).
+    printable: greedy decoding only ever writes letters, digits, spaces and underscores (one
+    line that never ends, whatever the prompt): every embedding carries a constant feature that
+    the output layer reads as a large bonus for those tokens and a penalty for all others.
+    hidden, layers: a bigger (slower) model, for tests that need generation to take a while.
+    context: the trained context length (llama.cpp caps a slot's context to it).
+    """
     import gguf
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
     rng = np.random.default_rng(seed)
     byte_chars = [bytes_to_unicode()[b] for b in range(256)]
     merges = ["Ġ a", "Ġ b", "r e", "Ġ re", "Ġre t"]
-    tokens = byte_chars + [m.replace(" ", "") for m in merges] + ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    types = [1] * (len(tokens) - 3) + [3, 3, 3]
+    specials = (FIM_TOKENS if fim else []) + ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tokens = byte_chars + [m.replace(" ", "") for m in merges] + specials
+    types = [1] * (len(tokens) - len(specials)) + [3] * len(specials)
     n_real = len(tokens)
     while len(tokens) < TINY_VOCAB:  # padded like the real files ([PAD151665] …)
         tokens.append(f"[PAD{len(tokens)}]")
         types.append(4)
-    hidden, layers, heads, kv_heads, ffn = 64, 2, 4, 2, 128
+    heads, kv_heads, ffn = 4, 2, 2 * hidden
     kv_dim = kv_heads * hidden // heads
 
     writer = gguf.GGUFWriter(str(path), "qwen2")
     writer.add_name("quickdraft tiny test model")
     writer.add_block_count(layers)
-    writer.add_context_length(512)
+    writer.add_context_length(context)
     writer.add_embedding_length(hidden)
     writer.add_feed_forward_length(ffn)
     writer.add_head_count(heads)
@@ -56,10 +68,17 @@ def write_tiny_gguf(path: Path, *, seed: int = 0) -> Path:
     writer.add_eos_token_id(n_real - 1)  # <|im_end|>, as in the real Instruct files
     writer.add_add_bos_token(False)
 
-    def tensor(name: str, *shape: int) -> None:
-        writer.add_tensor(name, (rng.standard_normal(shape) * 0.05).astype(np.float32))
+    scale = 0.4 / np.sqrt(hidden)  # 0.05 for the default size; keeps layer outputs small in bigger ones
 
-    tensor("token_embd.weight", TINY_VOCAB, hidden)
+    def tensor(name: str, *shape: int) -> None:
+        writer.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))
+
+    if printable:
+        embeddings = rng.standard_normal((TINY_VOCAB, hidden)) * scale
+        embeddings[:, 0] = 1.0
+        writer.add_tensor("token_embd.weight", embeddings.astype(np.float32))
+    else:
+        tensor("token_embd.weight", TINY_VOCAB, hidden)
     for i in range(layers):
         writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(hidden, np.float32))
         writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(hidden, np.float32))
@@ -74,7 +93,12 @@ def write_tiny_gguf(path: Path, *, seed: int = 0) -> Path:
         tensor(f"blk.{i}.ffn_up.weight", ffn, hidden)
         tensor(f"blk.{i}.ffn_down.weight", hidden, ffn)
     writer.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
-    tensor("output.weight", TINY_VOCAB, hidden)
+    if printable:
+        output = rng.standard_normal((TINY_VOCAB, hidden)) * scale
+        output[:, 0] = [1.0 if i < 256 and i in PRINTABLE else -1.0 for i in range(TINY_VOCAB)]
+        writer.add_tensor("output.weight", output.astype(np.float32))
+    else:
+        tensor("output.weight", TINY_VOCAB, hidden)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
