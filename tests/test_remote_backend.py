@@ -118,6 +118,18 @@ def test_the_budget_answers_with_what_streamed_and_stops_the_server(connect, lla
     assert llama.wait_idle()["next_token"][0]["n_decoded"] < LONG
 
 
+def test_requests_with_no_text_by_their_deadline_say_the_backend_is_slow(connect):
+    changes: list[Health] = []
+    backend = connect(on_health=changes.append)
+    for _ in range(3):  # as an editor sees it: answered empty at the deadline, decoding on, then superseded
+        cancel = threading.Event()
+        late = request(max_new_tokens=LONG, budget_ms=1, received_at=time.monotonic() - 1)  # deadline already past
+        backend.complete(late, cancel=cancel, on_answer=lambda partial: cancel.set())
+    assert backend.health.state == "slow" and "no text within the budget" in backend.health.message
+    assert backend.complete(request()).text
+    assert [h.state for h in changes] == ["slow", "ready"]
+
+
 def test_a_backend_that_goes_away_is_reported_and_found_again(connect, llama):
     changes: list[Health] = []
     backend = connect(on_health=changes.append)

@@ -297,8 +297,9 @@ class RemoteBackend:
     # -- health -----------------------------------------------------------------------------
     def _after(self, stream: _Stream, deadline: float | None, started: float) -> None:
         """Book-keeping after a request: figures, and the health it says the server is in."""
-        if stream.reason == StopReason.CANCELLED and stream.error is None:
-            return
+        cancelled_in_time = deadline is None or time.monotonic() < deadline
+        if stream.reason == StopReason.CANCELLED and stream.error is None and cancelled_in_time:
+            return  # superseded within its budget: says nothing about the server
         self.requests += 1
         if stream.error is not None:
             self.errors += 1
