@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 import torch
 
 from engine.anchor import Anchor, typed_since
-from engine.decoder import GenerationConfig, GenerationResult, SpeculativeDecoder
+from engine.decoder import GenerationConfig, GenerationResult, SpeculativeDecoder, StopReason
 from engine.drafters import DrafterConfig, make_drafter
 from engine.errors import ModelError, PromptError
 from engine.fim import FimTemplate, detect_fim_template
@@ -260,7 +260,7 @@ class CompletionEngine:
         def finish(result: GenerationResult) -> CompletionResult:
             text = after_healed(result.text, prompt.healed)  # what follows the cursor
             shown = postprocess(text, prefix=request.prefix, suffix=request.suffix, language=language,
-                                multiline=multiline)
+                                multiline=multiline, cut_short=result.stop_reason == StopReason.MAX_NEW_TOKENS)
             return CompletionResult(
                 text=shown.text, replace_after=shown.replace_after, raw_text=text,
                 token_ids=result.token_ids, stop_reason=result.stop_reason, multiline=multiline,

@@ -6,6 +6,8 @@ step's output):
 
 - ``cut_at_unprintable``: cut before control characters and U+FFFD (garbage in an editor);
 - ``keep_first_line``: single-line mode keeps the rest of the current line only;
+- ``drop_unfinished_line``: multi-line output the token limit cut short ends at its last
+  whole line;
 - ``start_at_cursor_indentation``: at a typed indentation the completion starts with
   code, and a multi-line one keeps its shape from the cursor's indentation;
 - ``cut_line_suffix_overlap``: cut where it starts reproducing the rest of the line;
@@ -102,6 +104,7 @@ class Context:
     suffix: str
     language: str | None
     multiline: bool
+    cut_short: bool = False  # the decoder stopped at its token limit: the last line may be unfinished
 
     @functools.cached_property
     def line_before(self) -> str:
@@ -130,6 +133,14 @@ def cut_at_unprintable(text: str, ctx: Context) -> str:
 def keep_first_line(text: str, ctx: Context) -> str:
     """Single-line mode: the rest of the current line only."""
     return text if ctx.multiline else text.split("\n", 1)[0]
+
+
+def drop_unfinished_line(text: str, ctx: Context) -> str:
+    """Multi-line output cut short by the token limit ends at its last whole line: half a
+    statement would not parse. (A single line is kept: it is all there is.)"""
+    if not (ctx.multiline and ctx.cut_short) or "\n" not in text:
+        return text
+    return text[: text.rfind("\n")]
 
 
 def start_at_cursor_indentation(text: str, ctx: Context) -> str:
@@ -302,6 +313,7 @@ def drop_whitespace_only(text: str, ctx: Context) -> str:
 FILTERS: tuple[tuple[str, Filter], ...] = (
     ("cut_at_unprintable", cut_at_unprintable),
     ("keep_first_line", keep_first_line),
+    ("drop_unfinished_line", drop_unfinished_line),
     ("start_at_cursor_indentation", start_at_cursor_indentation),
     ("cut_line_suffix_overlap", cut_line_suffix_overlap),
     ("trim_to_scope", trim_to_scope),
@@ -325,10 +337,12 @@ def run_filters(text: str, ctx: Context) -> list[tuple[str, str]]:
 
 
 def postprocess(
-    completion: str, *, prefix: str, suffix: str, language: str | None, multiline: bool
+    completion: str, *, prefix: str, suffix: str, language: str | None, multiline: bool, cut_short: bool = False
 ) -> PostprocessedCompletion:
-    """Turn a raw completion into what the editor shows (see the module docstring)."""
-    ctx = Context(prefix, suffix, language, multiline)
+    """Turn a raw completion into what the editor shows (see the module docstring).
+
+    ``cut_short``: the decoder stopped at its token limit rather than at a stop."""
+    ctx = Context(prefix, suffix, language, multiline, cut_short)
     text = run_filters(completion, ctx)[-1][1] if completion.strip() else ""
     if not text:
         return PostprocessedCompletion("", 0)

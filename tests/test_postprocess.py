@@ -1,7 +1,7 @@
 """Post-processing: one table per filter, the whole chain in golden files, then properties.
 
 Every filter is called as the chain calls it, ``(text, Context)``. The chain's cases live in
-tests/golden/postprocess/*.txt: a header (language, multiline, replaces), the document with
+tests/golden/postprocess/*.txt: a header (language, multiline, replaces, cut_short), the document with
 ``║`` at the cursor, the raw completion and what the editor shows.
 """
 
@@ -20,6 +20,7 @@ from engine.postprocess import (
     cut_line_suffix_overlap,
     cut_suffix_lines_overlap,
     drop_repeated_lines,
+    drop_unfinished_line,
     drop_whitespace_only,
     keep_first_line,
     postprocess,
@@ -70,6 +71,17 @@ def test_stop_strings_for(suffix, multiline, expected):
 def test_keep_first_line(text, expected):
     assert keep_first_line(text, ctx(multiline=False)) == expected
     assert keep_first_line(text, ctx(multiline=True)) == text
+
+
+def test_drop_unfinished_line():
+    cut = Context("def f():\n    ", "\n", "python", multiline=True, cut_short=True)
+    assert drop_unfinished_line("x = 1\n    y = f(a,", cut) == "x = 1"
+    assert drop_unfinished_line("x = 1\n", cut) == "x = 1"
+    assert drop_unfinished_line("y = f(a,", cut) == "y = f(a,"  # one line: all there is
+    finished = Context("def f():\n    ", "\n", "python", multiline=True)
+    assert drop_unfinished_line("x = 1\n    y = 2", finished) == "x = 1\n    y = 2"
+    single = Context("x = ", "\n", "python", multiline=False, cut_short=True)
+    assert drop_unfinished_line("f(a,\nb", single) == "f(a,\nb"
 
 
 # -- reproducing the rest of the line --------------------------------------------------------
@@ -287,7 +299,7 @@ def load_golden(path: Path) -> dict:
     ``=== completion`` and ``=== shown`` sections. A section is taken verbatim, less the
     newline before the next ``===`` line (so a section ending in a newline has a blank line)."""
     head, *sections = path.read_text(encoding="utf-8").split("\n=== ")
-    case = {"replaces": "0"}
+    case = {"replaces": "0", "cut_short": "false"}
     for line in head.splitlines():
         if line.strip() and not line.startswith("#"):
             key, _, value = line.partition(":")
@@ -299,7 +311,8 @@ def load_golden(path: Path) -> dict:
     assert CURSOR in case["document"], f"{path.name}: no {CURSOR} in the document"
     language = None if case["language"] == "none" else case["language"]
     return dict(prefix=prefix, suffix=suffix, language=language, multiline=case["multiline"] == "true",
-                completion=case["completion"], shown=case["shown"], replaces=int(case["replaces"]))
+                completion=case["completion"], shown=case["shown"], replaces=int(case["replaces"]),
+                cut_short=case["cut_short"] == "true")
 
 
 GOLDEN_CASES = sorted(GOLDEN.glob("*.txt"))
@@ -314,8 +327,9 @@ def test_there_are_golden_cases_for_every_language():
 def test_postprocess_golden(path):
     case = load_golden(path)
     got = postprocess(case["completion"], prefix=case["prefix"], suffix=case["suffix"], language=case["language"],
-                      multiline=case["multiline"])
-    trace = run_filters(case["completion"], Context(case["prefix"], case["suffix"], case["language"], case["multiline"]))
+                      multiline=case["multiline"], cut_short=case["cut_short"])
+    trace = run_filters(case["completion"], Context(case["prefix"], case["suffix"], case["language"], case["multiline"],
+                                                    case["cut_short"]))
     steps = "\n".join(f"  {name}: {text!r}" for name, text in trace)
     assert (got.text, got.replace_after) == (case["shown"], case["replaces"]), f"{path.name}, step by step:\n{steps}"
 
