@@ -276,12 +276,7 @@ def run_first_completion(args: argparse.Namespace) -> int:
     except (RuntimeError, OSError) as error:
         print(f"quickdraft: {error}", file=sys.stderr)
         return 2
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "first-completion.json").write_text(json.dumps(result, indent=1))
-    print(format_table(result))
-    print(f"wrote {out / 'first-completion.json'}")
-    return 0
+    return _report(result, format_table(result), Path(args.out) / "first-completion.json")
 
 
 def run_passes(args: argparse.Namespace) -> int:
@@ -311,11 +306,15 @@ def run_passes(args: argparse.Namespace) -> int:
         result = run_passes_bench(config, progress=lambda text: print(text, file=sys.stderr))
     except ValueError as error:  # an unknown shape name, a context beyond the model's
         raise QuickdraftError(str(error)) from None
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "passes.json").write_text(json.dumps(result, indent=1))
-    print(format_table(result))
-    print(f"wrote {out / 'passes.json'}")
+    return _report(result, format_table(result), Path(args.out) / "passes.json")
+
+
+def _report(result: dict, table: str, path: Path) -> int:
+    """Write the result as JSON, print its table; the exit status."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1))
+    print(table)
+    print(f"wrote {path}")
     return 0
 
 
@@ -360,9 +359,4 @@ def run_quality(args: argparse.Namespace) -> int:
     engine = CompletionEngine.load(args.verifier or defaults.verifier, args.draft or defaults.draft, drafter=drafter,
                                    dtype=args.dtype, device=args.device)
     result = run_quality_bench(engine, holes, config, environment(engine.verifier, engine.draft))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "quality.json").write_text(json.dumps(result, indent=1))
-    print(format_table(result))
-    print(f"wrote {out / 'quality.json'}")
-    return 0
+    return _report(result, format_table(result), Path(args.out) / "quality.json")
