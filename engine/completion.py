@@ -22,6 +22,7 @@ from engine.drafters import DrafterConfig, make_drafter
 from engine.errors import ModelError, PromptError
 from engine.fim import FimTemplate, detect_fim_template
 from engine.healing import after_healed, healing_constraint, skip_chars, stops_outside
+from engine.healing import vocabulary as healing_vocabulary
 from engine.kv import PREFILL_CHUNK
 from engine.kv_static import cache_factory
 from engine.medusa.store import find_heads
@@ -105,6 +106,7 @@ class CompletionEngine:
         self.prefill_chunk = PREFILL_CHUNK if verifier.device.type == "cpu" else None
         self.decoder = SpeculativeDecoder(verifier.model, None, self.tokenizer, kv_factory=self._new_cache)
         self.heads = find_heads(verifier.name, verifier.model)  # trained Medusa heads, if any
+        healing_vocabulary(self.tokenizer)  # built at load (~0.5 s for Qwen's), not in the first request
         self.drafter_mode = ""
         self.set_drafter(drafter)
         self._template: FimTemplate | None = None
