@@ -12,7 +12,7 @@ from engine.backends.connection import check_url, is_loopback
 from engine.backends.remote import RemoteBackend, RemoteConfig
 from engine.completion import CompletionEngine, CompletionRequest
 from engine.prompt import ContextBudget
-from support.llama_server import MISSING, LlamaServer, binary
+from support.llama_server import MISSING, LlamaServer, binary, one_slot_server
 from support.model_fixtures import PRINTABLE, write_tiny_gguf
 
 pytestmark = pytest.mark.timeout(300)
@@ -42,8 +42,7 @@ def gguf(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def llama(gguf, tmp_path_factory):
-    server = LlamaServer(gguf, tmp_path_factory.mktemp("llama") / "server.log", "-c", "32768", "-np", "1",
-                         "--cache-ram", "0").start()
+    server = one_slot_server(gguf, tmp_path_factory.mktemp("llama"), context=32768)
     yield server
     server.stop()
 

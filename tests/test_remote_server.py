@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from support.llama_server import MISSING, LlamaServer, binary
+from support.llama_server import MISSING, binary, one_slot_server
 from support.lsp_client import ServerSession
 from support.model_fixtures import write_tiny_gguf
 
@@ -32,8 +32,7 @@ def gguf(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def llama(gguf, tmp_path_factory):
-    server = LlamaServer(gguf, tmp_path_factory.mktemp("llama") / "server.log", "-c", "4096", "-np", "1",
-                         "--cache-ram", "0").start()
+    server = one_slot_server(gguf, tmp_path_factory.mktemp("llama"), context=4096)
     yield server
     server.stop()
 

@@ -119,3 +119,8 @@ class LlamaServer:
         finally:
             done.set()
             watcher.join(timeout=5)
+
+
+def one_slot_server(model: Path, directory: Path, context: int) -> LlamaServer:
+    """A started server with one slot and no prompt cache in RAM: what the tests talk to."""
+    return LlamaServer(model, directory / "server.log", "-c", str(context), "-np", "1", "--cache-ram", "0").start()
