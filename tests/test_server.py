@@ -171,17 +171,21 @@ def test_stale_version_gets_nothing(server, tmp_path):
     stale = (tmp_path / "stale.py").as_uri()
     server.open(busy, "def h(z):\n    return ")
     server.open(stale, "def k(w):\n    return ")
-    server.configure({"maxNewTokens": 300, "multiline": "always"})
+    server.configure({"maxNewTokens": 1024, "multiline": "always"})
     try:
-        blocker = server.submit(server._complete(busy, 1, 11))
-        time.sleep(0.5)
+        # The blocker holds the worker until it is cancelled, however fast the CPU is.
+        blocker = server.start_completion(busy, 1, 11, msg_id="blocker")
         waiting = server.submit(server._complete(stale, 1, 11))
-        time.sleep(0.2)
+        time.sleep(0.1)  # the server has queued it behind the blocker
         server.edit(stale, (1, 11), (1, 11), "w")  # the queued request is now for an old version
+        server.cancel("blocker")
         assert items_of(waiting.result(120)) == []
-        blocker.result(120)
+        with pytest.raises(Exception):
+            blocker.result(60)
+        records = [r for r in server.stats()["recent"] if r["uri"] == busy]
     finally:
         server.configure({"maxNewTokens": OPTIONS["maxNewTokens"], "multiline": "auto"})
+    assert records and records[-1]["stop_reason"] == "cancelled"  # the worker was busy throughout
 
 
 def test_bad_input_gets_empty_answers_and_the_server_keeps_serving(server, tmp_path):
