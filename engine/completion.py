@@ -262,7 +262,8 @@ class CompletionEngine:
         def finish(result: GenerationResult) -> CompletionResult:
             text = after_healed(result.text, prompt.healed)  # what follows the cursor
             shown = postprocess(text, prefix=request.prefix, suffix=request.suffix, language=language,
-                                multiline=multiline, cut_short=result.stop_reason == StopReason.MAX_NEW_TOKENS)
+                                multiline=multiline, cut_short=result.stop_reason == StopReason.MAX_NEW_TOKENS,
+                                ended=result.stop_reason in (StopReason.EOS, StopReason.STOP_STRING))
             return CompletionResult(
                 text=shown.text, replace_after=shown.replace_after, raw_text=text,
                 token_ids=result.token_ids, stop_reason=result.stop_reason, multiline=multiline,

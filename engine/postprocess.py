@@ -41,6 +41,7 @@ from engine.syntax import (
     INDENT_LANGUAGES,
     NEAR_CHARS,
     current_line_parts,
+    first_that_parses,
     indent_width,
     line_opens_block,
     lines_below,
@@ -54,6 +55,7 @@ MIN_REPEATS = 3  # a line (or block of lines) this many times in a row is degene
 MAX_REPEAT_BLOCK = 4  # longest block of lines checked for repetition
 MIN_OVERLAP_CHARS = 3  # shortest reproduction of the line's rest that counts
 SUFFIX_LINES_COMPARED = 3
+MAX_SYNTAX_CUTS = 3  # shorter versions of a completion tried before showing nothing
 
 _WORD = re.compile(r"\w")
 _UNPRINTABLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufffd]")
@@ -336,17 +338,40 @@ def run_filters(text: str, ctx: Context) -> list[tuple[str, str]]:
     return trace
 
 
+def keep_the_file_parsing(result: PostprocessedCompletion, ctx: Context) -> PostprocessedCompletion:
+    """A completion the model ended itself is finished code. If splicing it in leaves more
+    parse errors than the file has without it (a block opener where a statement belongs, a
+    call closed where the file goes on), it is cut back to the longest run of its whole lines
+    that does not, or nothing is shown: no ghost text beats wrong ghost text."""
+    lines = result.text.split("\n")
+    shorter = ["\n".join(lines[:n]).rstrip() for n in range(len(lines) - 1, 0, -1)][:MAX_SYNTAX_CUTS]
+    candidates = [result, *(correct_range(text, ctx.line_after) for text in shorter if text.strip())]
+    try:
+        keep = first_that_parses(ctx.prefix, ctx.suffix, ctx.language,
+                                 [(c.text, c.replace_after) for c in candidates])
+    except Exception:  # a parser hiccup must not lose the completion
+        log.exception("syntax check failed; keeping the completion")
+        return result
+    return candidates[keep] if keep is not None else PostprocessedCompletion("", 0)
+
+
 def postprocess(
-    completion: str, *, prefix: str, suffix: str, language: str | None, multiline: bool, cut_short: bool = False
+    completion: str, *, prefix: str, suffix: str, language: str | None, multiline: bool, cut_short: bool = False,
+    ended: bool = False,
 ) -> PostprocessedCompletion:
     """Turn a raw completion into what the editor shows (see the module docstring).
 
-    ``cut_short``: the decoder stopped at its token limit rather than at a stop."""
+    ``cut_short``: the decoder stopped at its token limit rather than at a stop.
+    ``ended``: the model ended the completion itself (end of text or a stop string), so it
+    must leave the file parsing (`keep_the_file_parsing`); an answer the budget cut short is
+    the start of one and is not judged."""
     ctx = Context(prefix, suffix, language, multiline, cut_short)
     text = run_filters(completion, ctx)[-1][1] if completion.strip() else ""
     if not text:
         return PostprocessedCompletion("", 0)
     result = correct_range(text, ctx.line_after)
+    if ended:
+        result = keep_the_file_parsing(result, ctx)
     if result.text == ctx.line_after[: result.replace_after] or not result.text.strip():
         return PostprocessedCompletion("", 0)  # the item would change nothing
     return result

@@ -8,13 +8,16 @@ fall back to indentation and bracket heuristics.
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib
 import logging
 import os
 import re
 import threading
+import warnings
 from dataclasses import dataclass
+from typing import Sequence
 
 log = logging.getLogger(__name__)
 
@@ -268,6 +271,99 @@ def _last_token_opens_block(win: _Window, language: str) -> bool | None:
     if node.type == "{":
         return True
     return False
+
+
+@dataclass(frozen=True)
+class SyntaxErrors:
+    count: int  # tree-sitter's ERROR and MISSING nodes
+    first_row: int | None  # row (0-based) of the first error of any kind
+    broken_rows: tuple[int, ...]  # rows of text that cannot be parsed (ERROR nodes, Python's compiler), sorted
+
+
+def syntax_errors(language: str | None, text: str) -> SyntaxErrors | None:
+    """What the parser could not make sense of in ``text`` (None without a grammar)."""
+    tree = parse(language, text)
+    if tree is None:
+        return None
+    count, missing, broken = 0, [], []
+    stack = [tree.root_node] if tree.root_node.has_error else []
+    while stack:
+        node = stack.pop()
+        if node.type == "ERROR" or node.is_missing:
+            count += 1
+            (missing if node.is_missing else broken).append(node.start_point[0])
+        stack.extend(child for child in node.children if child.has_error or child.is_missing)
+    if language == "python":
+        row = first_python_error(text)
+        broken += [] if row is None else [row]
+    rows = missing + broken
+    return SyntaxErrors(count, min(rows) if rows else None, tuple(sorted(broken)))
+
+
+def error_nodes(language: str | None, text: str) -> int | None:
+    """ERROR and MISSING nodes in tree-sitter's parse of ``text`` (None without a grammar)."""
+    errors = syntax_errors(language, text)
+    return None if errors is None else errors.count
+
+
+def first_python_error(text: str) -> int | None:
+    """Row (0-based) of the first error Python's own compiler finds in ``text`` (None: it compiles).
+
+    Tree-sitter accepts what CPython does not, such as a block header with nothing indented
+    under it."""
+    try:
+        with warnings.catch_warnings():  # invalid escapes and the like warn; they still compile
+            warnings.simplefilter("ignore")
+            compile(text, "<window>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as error:
+        return max(0, (error.lineno or 1) - 1)
+    except (ValueError, RecursionError, MemoryError):  # null bytes, absurd nesting
+        return 0
+    return None
+
+
+CUT_ROWS = 5  # errors this close to where the window cuts the text may be the cut's own
+
+
+def first_that_parses(prefix: str, suffix: str, language: str | None,
+                      splices: Sequence[tuple[str, int]]) -> int | None:
+    """Index of the first splice ``(text, replace_after)`` that, put in at the cursor (replacing
+    that many characters after it), adds no syntax error; None when every one does. Without a
+    grammar every splice passes (0).
+
+    A splice adds an error when, against the text without it, it leaves more error nodes or
+    an error earlier than the first one there was. And when the code below the cursor does
+    not parse without it (the line that opens or continues its brackets is missing), the
+    splice must repair that: its first error, if any, comes after. Only a window around the
+    cursor is parsed (`decide_multiline`'s), so a 5 MB file costs the same as a small one."""
+    if get_parser(language) is None:
+        return 0
+    head = prefix[window_start(prefix):]
+    tail = suffix[:WINDOW_SUFFIX_CHARS]
+    cut = len(tail) < len(suffix)
+    if cut and "\n" in tail:
+        tail = tail[: tail.rfind("\n") + 1]  # whole lines only
+    cursor_row = head.count("\n")
+    before = syntax_errors(language, head + tail)
+    last_row = (head + tail).count("\n") - (CUT_ROWS if cut else -1)
+    broken_below = next((row for row in before.broken_rows if cursor_row < row < last_row), None) \
+        if before is not None else None
+    for i, (text, replace_after) in enumerate(splices):
+        after = syntax_errors(language, head + text + tail[replace_after:])
+        if before is None or after is None or after.first_row is None:
+            return i
+        if before.first_row is None or after.count > before.count:
+            continue
+
+        def moved(row: int) -> int:  # where a row of the text without the splice is with it
+            return row + text.count("\n") if row > cursor_row else row
+
+        if after.first_row < moved(before.first_row):
+            continue
+        if broken_below is not None and after.first_row <= moved(broken_below):
+            continue
+        return i
+    return None
 
 
 # -- single- vs multi-line ------------------------------------------------------------------

@@ -11,7 +11,8 @@ import textwrap
 
 import pytest
 
-from engine.bench.quality import edit_similarity, error_nodes, judge
+from engine.bench.quality import edit_similarity, judge
+from engine.syntax import error_nodes
 from engine.bench.quality_holes import QUALITY_KINDS, QualityHole, line_holes, make_quality_holes
 from lsp_server.cli import main as cli_main
 
@@ -56,7 +57,8 @@ def test_judge():
     assert deeper["stray_whitespace"] and not deeper["exact"] and not deeper["parses"]
     broken = judge(h, "return (x + 1", (0, True))
     assert not broken["parses"] and broken["edit_similarity"] > 0.9
-    assert judge(h, "", (0, True))["empty"] and not judge(hole(" 1", "x =", "\n"), " 1", (0, True))["stray_whitespace"]
+    assert judge(h, "", (0, True))["empty"] and judge(h, "", (0, True))["parses"] is None  # nothing shown, nothing broken
+    assert not judge(hole(" 1", "x =", "\n"), " 1", (0, True))["stray_whitespace"]
     assert judge(h, "return (", (3, False))["parses"]  # a file that did not compile cannot get worse at it
     assert judge(h, "x", None)["parses"] is None  # no grammar, no verdict
 

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine.syntax import first_that_parses
 from engine.postprocess import (
     FILTERS,
     Context,
@@ -23,6 +24,7 @@ from engine.postprocess import (
     drop_unfinished_line,
     drop_whitespace_only,
     keep_first_line,
+    keep_the_file_parsing,
     postprocess,
     run_filters,
     start_at_cursor_indentation,
@@ -347,6 +349,57 @@ def test_empty_and_whitespace_only_completions_show_nothing():
             PostprocessedCompletion("", 0)
 
 
+BODY = "def total(xs):\n    t = 0\n    for x in xs:\n        "
+BELOW = "\n        t += x\n    return t\n"
+
+
+@pytest.mark.parametrize("prefix, completion, suffix, language, multiline, expected", [
+    # A statement where a statement belongs: kept.
+    (BODY, "print(x)", BELOW, "python", False, "print(x)"),
+    # A block header with nothing indented under it: CPython rejects the file (tree-sitter does not).
+    (BODY, "if x > 0:", BELOW, "python", False, ""),
+    # A call closed too early or left open: the file no longer parses.
+    (BODY, "t = max(t, x", BELOW, "python", False, ""),
+    # Multi-line: cut back to the last whole line that keeps the file parsing.
+    (BODY, "if x:\n            t += 1\n        y = (", BELOW, "python", True, "if x:\n            t += 1"),
+    # The line the user is writing was broken already: finishing a header is no new error.
+    ("def total(xs):\n    for x in ", "xs:", "\n\ndef other():\n    pass\n", "python", False, "xs:"),
+    # A closing bracket the completion retypes is replaced, not doubled.
+    ("def f(a):\n    return g(", "a)", ")\n", "python", False, "a)"),
+    # Brace languages: a block opened where the file has a statement.
+    ("function f(a) {\n  ", "if (a) {", "\n  return a;\n}\n", "javascript", False, ""),
+    ("function f(a) {\n  ", "a += 1;", "\n  return a;\n}\n", "javascript", False, "a += 1;"),
+    # The lines below continue a bracket the missing line opens: the completion must open it.
+    ("OPTIONS = [\n    ('a', 'b', 'c'),\n    ", "('x', 'y', 'z'),", "\n     'more'),\n]\n", "python", False, ""),
+    ("OPTIONS = [\n    ('a', 'b', 'c'),\n    ", "('x', 'y',", "\n     'more'),\n]\n", "python", False, "('x', 'y',"),
+    # The block below closes one the missing line opens: a plain statement leaves its brace unmatched.
+    ("function f(specs) {\n  ", "return specs.length;", "\n    if (spec) {\n      return true;\n    }\n  });\n}\n",
+     "javascript", False, ""),
+    ("function f(specs) {\n  ", "return specs.some(spec => {",
+     "\n    if (spec) {\n      return true;\n    }\n  });\n}\n", "javascript", False, "return specs.some(spec => {"),
+    # A function still being written (its brace not closed yet) above others: completions stay.
+    ("function f(a) {\n  const x = ", "a + 1;", "\n\nfunction g() {\n  return 2;\n}\n", "javascript", False,
+     "a + 1;"),
+    # No grammar: no verdict, the completion stays.
+    ("x = (", "1 +", "\n", "cobol", False, "1 +"),
+])
+def test_keep_the_file_parsing(prefix, completion, suffix, language, multiline, expected):
+    got = postprocess(completion, prefix=prefix, suffix=suffix, language=language, multiline=multiline, ended=True)
+    assert got.text == expected
+
+
+def test_an_answer_cut_short_is_not_judged_by_syntax():
+    """The budget's answer is the start of a completion: an open call is what it looks like."""
+    got = postprocess("t = max(t, x", prefix=BODY, suffix=BELOW, language="python", multiline=False, ended=False)
+    assert got.text == "t = max(t, x"
+
+
+def test_keep_the_file_parsing_tries_only_whole_lines_then_nothing():
+    ctx = Context(BODY, BELOW, "python", True)
+    broken = PostprocessedCompletion("y = (\n        z = [", 0)
+    assert keep_the_file_parsing(broken, ctx) == PostprocessedCompletion("", 0)
+
+
 # -- properties ---------------------------------------------------------------------------------------
 
 snippet = st.lists(
@@ -362,11 +415,14 @@ snippet = st.lists(
     suffix=snippet,
     language=st.sampled_from(["python", "javascript", "typescript", "go", "rust", None]),
     multiline=st.booleans(),
+    ended=st.booleans(),
 )
-def test_postprocess_properties(completion, prefix, suffix, language, multiline):
-    got = postprocess(completion, prefix=prefix, suffix=suffix, language=language, multiline=multiline)
+def test_postprocess_properties(completion, prefix, suffix, language, multiline, ended):
+    got = postprocess(completion, prefix=prefix, suffix=suffix, language=language, multiline=multiline, ended=ended)
     line_after = suffix.split("\n", 1)[0]
     assert got.text == "" or got.text.strip(), "never whitespace only"
+    if ended and got.text:
+        assert first_that_parses(prefix, suffix, language, [(got.text, got.replace_after)]) == 0, "adds no parse error"
     assert 0 <= got.replace_after <= len(line_after)
     if got.text == "":
         assert got.replace_after == 0
@@ -400,7 +456,7 @@ def test_huge_document_is_only_parsed_near_the_cursor(monkeypatch):
     monkeypatch.setattr(syntax, "parse", spy)
     body = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(120_000))  # ~3.5 MB each side
     got = postprocess("return 1\n\ndef h():\n    pass", prefix=body + "def g():\n    ", suffix="\n\n" + body,
-                      language="python", multiline=True)
+                      language="python", multiline=True, ended=True)
     assert got.text == "return 1"
     assert seen and max(seen) <= syntax.WINDOW_PREFIX_CHARS + syntax.WINDOW_SUFFIX_CHARS + 100
     assert stop_strings_for("\n\n" + body, True) == ["\ndef f0(x):\n"]

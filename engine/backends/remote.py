@@ -182,7 +182,7 @@ class RemoteBackend:
         def finish(stream: _Stream, reason: StopReason) -> CompletionResult:
             text = stream.text
             shown = postprocess(text, prefix=request.prefix, suffix=request.suffix, language=language,
-                                multiline=multiline)
+                                multiline=multiline, ended=reason in (StopReason.EOS, StopReason.STOP_STRING))
             stats = decode_stats(stream.timings, stream.usage, chunks=stream.chunks, prompt_tokens=prompt_tokens,
                                  wall_ms=(time.monotonic() - started) * 1000)
             return CompletionResult(text=shown.text, replace_after=shown.replace_after, raw_text=text, token_ids=[],

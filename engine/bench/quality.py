@@ -8,7 +8,7 @@ hole and is judged against what the file had:
 - ``edit_similarity``: 1 − Levenshtein distance / the longer length;
 - ``stray_whitespace``: it starts with a blank where the removed text does not (the model
   writing a deeper line than the one the user is on);
-- ``parses``: the file with the completion spliced in has no more tree-sitter error nodes
+- ``parses``: the file with the (non-empty) completion spliced in has no more tree-sitter error nodes
   than the original (and, for Python, still compiles if it did: tree-sitter forgives an
   unexpected indent, Python does not);
 - ``empty``: nothing shown.
@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Callable, Sequence
 
 from engine.bench.quality_holes import DEFAULT_LANGUAGES, QUALITY_KINDS, QualityHole
-from engine.syntax import parse
+from engine.syntax import error_nodes
 
 log = logging.getLogger(__name__)
 
@@ -67,22 +67,6 @@ def edit_similarity(a: str, b: str) -> float:
     return 1.0 - previous[-1] / max(len(a), len(b))
 
 
-def error_nodes(language: str, text: str) -> int | None:
-    """ERROR and MISSING nodes in tree-sitter's parse of ``text`` (None without a grammar)."""
-    tree = parse(language, text)
-    if tree is None:
-        return None
-    if not tree.root_node.has_error:
-        return 0
-    count, stack = 0, [tree.root_node]
-    while stack:
-        node = stack.pop()
-        if node.type == "ERROR" or node.is_missing:
-            count += 1
-        stack.extend(child for child in node.children if child.has_error or child.is_missing)
-    return count
-
-
 def python_compiles(text: str) -> bool:
     try:
         ast.parse(text)
@@ -91,7 +75,7 @@ def python_compiles(text: str) -> bool:
     return True
 
 
-def syntax_errors(language: str, text: str) -> tuple[int, bool] | None:
+def whole_file_errors(language: str, text: str) -> tuple[int, bool] | None:
     """(tree-sitter error nodes, whether Python compiles it) for a file; None without a grammar."""
     errors = error_nodes(language, text)
     if errors is None:
@@ -100,16 +84,21 @@ def syntax_errors(language: str, text: str) -> tuple[int, bool] | None:
 
 
 def judge(hole: QualityHole, shown: str, original: tuple[int, bool] | None) -> dict:
-    """The metrics for one completion; ``original`` is `syntax_errors` of the file as it was."""
+    """The metrics for one completion; ``original`` is `whole_file_errors` of the file as it was.
+
+    ``parses`` judges what was shown: an empty answer changes nothing (None, counted under
+    ``empty``)."""
     expected = hole.middle.rstrip()
-    spliced = syntax_errors(hole.language, hole.prefix + shown + hole.suffix) if original is not None else None
+    shown_any = bool(shown.strip())
+    spliced = whole_file_errors(hole.language, hole.prefix + shown + hole.suffix) \
+        if original is not None and shown_any else None
     parses = None if spliced is None else spliced[0] <= original[0] and (spliced[1] or not original[1])
     return {
         "exact": shown.rstrip() == expected,
         "edit_similarity": round(edit_similarity(shown.rstrip(), expected), 4),
         "stray_whitespace": shown[:1] in (" ", "\t") and expected[:1] not in (" ", "\t"),
         "parses": parses,
-        "empty": not shown.strip(),
+        "empty": not shown_any,
     }
 
 
@@ -167,7 +156,7 @@ class QualityRunner:
     def run(self, holes: Sequence[QualityHole], on_result: Callable[[str], None] | None = None) -> list[dict]:
         records = []
         for index, hole in enumerate(holes):
-            original = syntax_errors(hole.language, hole.text)
+            original = whole_file_errors(hole.language, hole.text)
             results = {}
             for suffix_tokens in self.config.suffix_tokens:
                 self.engine.context_budget = self.budget(suffix_tokens)
