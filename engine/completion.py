@@ -36,7 +36,8 @@ from engine.verify import SamplingParams
 
 log = logging.getLogger(__name__)
 
-LOOKUP_DOCUMENT_CHARS = 32_000  # of each other document, tokenized for prompt lookup only
+LOOKUP_DOCUMENT_CHARS = 32_000
+LOOKAHEAD_TOKENS = 24  # decoded past a finished one-line completion, as the next line's draft  # of each other document, tokenized for prompt lookup only
 # A CPU prefills roughly 100 tokens a second with a 0.5B model (no AMX): keep prompts short
 # there, and lean on KV reuse. The suffix is the part every keystroke feeds again (Qwen's
 # FIM prompt puts it after the prefix, and the model was not trained suffix-first), so it
@@ -270,11 +271,29 @@ class CompletionEngine:
                 prompt_tokens=len(prompt.token_ids), stats=copy.deepcopy(result.stats), anchored=prompt.anchored,
             )
 
-        on_deadline = (lambda partial: on_answer(finish(partial))) if on_answer is not None else None
+        answered = []
+
+        def on_deadline(partial: GenerationResult) -> None:
+            answered.append(True)
+            on_answer(finish(partial))
+
         result = self._run(prompt.token_ids, config, prompt.token_streams, cancel,
-                           skip_chars(on_text, len(prompt.healed)), on_deadline)
-        self._last_output[request.path or ""] = list(result.token_ids)
-        return finish(result)
+                           skip_chars(on_text, len(prompt.healed)), on_deadline if on_answer is not None else None)
+        completion = finish(result)
+        ahead: list[int] = []
+        if on_answer is not None and not multiline and result.stop_reason == StopReason.STOP_STRING:
+            if not answered:
+                on_answer(completion)  # the line is done: answer now, look ahead after
+            ahead = self._look_ahead(prompt.token_ids + result.token_ids, config, prompt.token_streams, cancel)
+        self._last_output[request.path or ""] = list(result.token_ids) + ahead
+        return completion
+
+    def _look_ahead(self, token_ids: list[int], config: GenerationConfig, streams, cancel) -> list[int]:
+        """The verifier's next line after a finished one-line completion, decoded while the user
+        finishes typing it: after Enter it is the first pass's draft, so a new line costs one pass
+        instead of one per token. Drafts only, never shown: what is shown stays exact."""
+        config = replace(config, max_new_tokens=LOOKAHEAD_TOKENS, stop_strings=["\n"], deadline=None, constraint=None)
+        return self._run(token_ids, config, streams, cancel, None).token_ids
 
     def warm(self, request: CompletionRequest, cancel: threading.Event | None = None) -> int:
         """Prefill the prompt for `request` ahead of time (cancellable between layers): tokens fed.

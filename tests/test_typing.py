@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from engine.completion import CompletionEngine, CompletionRequest
+from engine.completion import LOOKAHEAD_TOKENS, CompletionEngine, CompletionRequest
 from engine.decoder import GenerationConfig, SpeculativeDecoder
 from engine.models.loading import load_model
 from engine.healing import healing_constraint
@@ -144,3 +144,53 @@ def test_the_next_keystroke_cancels_decoding_after_the_answer(verifier):
         fresh = SpeculativeDecoder(verifier.model, None).generate(anchored_ids(engine, PREFIX + "v"),
                                                                   fresh_config(engine, PREFIX + "v", 8))
     assert again.anchored and again.token_ids == fresh.token_ids
+
+
+def looked_ahead_request(prefix: str) -> CompletionRequest:
+    return CompletionRequest(prefix=prefix, suffix=SUFFIX, path=PATH, max_new_tokens=64, multiline=False)
+
+
+@pytest.mark.parametrize("typed", ["", "value"])
+def test_a_finished_line_is_answered_at_once_then_the_next_line_is_decoded_as_a_draft(verifier, typed):
+    engine = new_engine(verifier)
+    answers, cache_at_answer = [], []
+
+    def on_answer(completion):
+        answers.append(completion)
+        cache_at_answer.append(len(engine.decoder.kv))
+
+    final = engine.complete(looked_ahead_request(PREFIX + typed), on_answer=on_answer)
+    assert final.stop_reason == "stop_string"  # the tiny model ends these lines within 64 tokens
+    assert answers == [final]  # answered when the line was done, before looking ahead
+    prompt = anchored_ids(engine, PREFIX + typed)
+    assert cache_at_answer[0] <= len(prompt) + len(final.token_ids)
+    # What is shown is what the verifier writes without looking ahead.
+    assert final.token_ids == new_engine(verifier).complete(looked_ahead_request(PREFIX + typed)).token_ids
+    # The look-ahead is the verifier's own next line, kept as the next request's draft.
+    config = GenerationConfig(max_new_tokens=LOOKAHEAD_TOKENS, stop_strings=["\n"],
+                              eos_token_ids=engine.stop_token_ids(engine.template.stop_tokens))
+    with torch.inference_mode():
+        ahead = SpeculativeDecoder(verifier.model, None, engine.tokenizer).generate(prompt + final.token_ids, config)
+    assert engine._last_output[PATH] == final.token_ids + ahead.token_ids and ahead.token_ids
+
+
+def test_the_next_keystroke_cancels_the_look_ahead(verifier):
+    engine = new_engine(verifier)
+    cancel = threading.Event()
+    final = engine.complete(looked_ahead_request(PREFIX), cancel=cancel, on_answer=lambda completion: cancel.set())
+    assert final.stop_reason == "stop_string" and engine._last_output[PATH] == final.token_ids
+    again = engine.complete(CompletionRequest(prefix=PREFIX + "v", suffix=SUFFIX, path=PATH, max_new_tokens=8,
+                                              multiline=True))
+    with torch.inference_mode():
+        fresh = SpeculativeDecoder(verifier.model, None).generate(anchored_ids(engine, PREFIX + "v"),
+                                                                  fresh_config(engine, PREFIX + "v", 8))
+    assert again.token_ids == fresh.token_ids  # the cache is exact after the cancelled look-ahead
+
+
+def test_no_look_ahead_without_a_caller_waiting_on_the_answer_or_after_a_block(verifier):
+    engine = new_engine(verifier)
+    alone = engine.complete(looked_ahead_request(PREFIX))
+    assert engine._last_output[PATH] == alone.token_ids
+    block = engine.complete(CompletionRequest(prefix=PREFIX, suffix=SUFFIX, path=PATH, max_new_tokens=64,
+                                              multiline=True), on_answer=lambda completion: None)
+    assert engine._last_output[PATH] == block.token_ids
