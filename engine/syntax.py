@@ -184,6 +184,24 @@ def window_start(prefix: str, max_chars: int = WINDOW_PREFIX_CHARS) -> int:
     return nl + 1 if nl != -1 else lo
 
 
+def window_end(suffix: str, max_chars: int = WINDOW_SUFFIX_CHARS) -> tuple[int, bool]:
+    """Where to stop parsing after the cursor, and whether that is a clean place: the first
+    top-level line below the cursor's (the construct the cursor is in is whole before it, and
+    what is wrong further down is none of its business), else the end of the text; without
+    either in reach, the last whole line in reach (not clean: the cut may break what runs
+    across it)."""
+    pos = suffix.find("\n", 0, max_chars)
+    while pos != -1 and pos + 1 < max_chars:
+        ch = suffix[pos + 1 : pos + 2]
+        if ch and not ch.isspace() and ch not in ")]}":
+            return pos + 1, True
+        pos = suffix.find("\n", pos + 1, max_chars)
+    if len(suffix) <= max_chars:
+        return len(suffix), True
+    last = suffix.rfind("\n", 0, max_chars)
+    return (last + 1 if last != -1 else max_chars), False
+
+
 def _strip_line_comment(line: str, language: str | None) -> str:
     # Naive (ignores strings); only used to see the last code token of a line.
     marker = "#" if language in INDENT_LANGUAGES or language in {"ruby", "shellscript"} else "//"
@@ -339,13 +357,11 @@ def first_that_parses(prefix: str, suffix: str, language: str | None,
     if get_parser(language) is None:
         return 0
     head = prefix[window_start(prefix):]
-    tail = suffix[:WINDOW_SUFFIX_CHARS]
-    cut = len(tail) < len(suffix)
-    if cut and "\n" in tail:
-        tail = tail[: tail.rfind("\n") + 1]  # whole lines only
+    end, clean = window_end(suffix)
+    tail = suffix[:end]
     cursor_row = head.count("\n")
     before = syntax_errors(language, head + tail)
-    last_row = (head + tail).count("\n") - (CUT_ROWS if cut else -1)
+    last_row = (head + tail).count("\n") - (-1 if clean else CUT_ROWS)
     broken_below = next((row for row in before.broken_rows if cursor_row < row < last_row), None) \
         if before is not None else None
     for i, (text, replace_after) in enumerate(splices):
