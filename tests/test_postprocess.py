@@ -380,6 +380,9 @@ BELOW = "\n        t += x\n    return t\n"
     # A function still being written (its brace not closed yet) above others: completions stay.
     ("function f(a) {\n  const x = ", "a + 1;", "\n\nfunction g() {\n  return 2;\n}\n", "javascript", False,
      "a + 1;"),
+    # What is broken in another function below is none of this completion's business.
+    ("def f(x):\n    ", "return x", "\n\ndef g(:\n    pass\n", "python", False, "return x"),
+    ("def f(x):\n    return x, ", "x + 1", "\n\n\nSTRING = '''unterminated\n", "python", False, "x + 1"),
     # No grammar: no verdict, the completion stays.
     ("x = (", "1 +", "\n", "cobol", False, "1 +"),
 ])
