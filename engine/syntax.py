@@ -343,6 +343,23 @@ def first_python_error(text: str) -> int | None:
 CUT_ROWS = 5  # errors this close to where the window cuts the text may be the cut's own
 
 
+def _body_to_come(before: str, after: str, language: str | None) -> str:
+    """A stand-in body for a Python block header that ends the completion at the end of its
+    block (nothing below at its indentation): the user types that body next, so its absence
+    is no error. A header above a statement at its own indentation gets none: that statement
+    would be its body, which is wrong code."""
+    if language not in INDENT_LANGUAGES:
+        return ""
+    header = before[before.rfind("\n") + 1:]
+    rest, _, below = after.partition("\n")
+    if rest.strip() or not line_opens_block(header, language):
+        return ""
+    following = next((line for line in below.split("\n") if line.strip()), None)
+    if following is not None and indent_width(following) >= indent_width(header):
+        return ""
+    return "\n" + header[: len(header) - len(header.lstrip())] + "    pass"
+
+
 def first_that_parses(prefix: str, suffix: str, language: str | None,
                       splices: Sequence[tuple[str, int]]) -> int | None:
     """Index of the first splice ``(text, replace_after)`` that, put in at the cursor (replacing
@@ -350,9 +367,11 @@ def first_that_parses(prefix: str, suffix: str, language: str | None,
     grammar every splice passes (0).
 
     A splice adds an error when, against the text without it, it leaves more error nodes or
-    an error earlier than the first one there was. And when the code below the cursor does
-    not parse without it (the line that opens or continues its brackets is missing), the
-    splice must repair that: its first error, if any, comes after. Only a window around the
+    an error earlier than the first one there was. And when the cursor's line is whole but
+    the code below it does not parse without the splice (the line that opens or continues its
+    brackets is missing), the splice must repair that: its first error, if any, comes after.
+    (Below a broken cursor line, errors may be that line's echo: a header the user is still
+    typing leaves its body missing, which the next keystrokes fill.) Only a window around the
     cursor is parsed (`decide_multiline`'s), so a 5 MB file costs the same as a small one."""
     if get_parser(language) is None:
         return 0
@@ -361,24 +380,22 @@ def first_that_parses(prefix: str, suffix: str, language: str | None,
     tail = suffix[:end]
     cursor_row = head.count("\n")
     before = syntax_errors(language, head + tail)
+    if before is None:
+        return 0
+    # Code below an intact cursor line that does not parse without the splice needs it to.
+    first = before.first_row
     last_row = (head + tail).count("\n") - (-1 if clean else CUT_ROWS)
-    broken_below = next((row for row in before.broken_rows if cursor_row < row < last_row), None) \
-        if before is not None else None
+    needs_repair = first is not None and cursor_row < first < last_row and first in before.broken_rows
     for i, (text, replace_after) in enumerate(splices):
+        text += _body_to_come(head + text, tail[replace_after:], language)
         after = syntax_errors(language, head + text + tail[replace_after:])
-        if before is None or after is None or after.first_row is None:
+        if after is None or after.first_row is None:
             return i
-        if before.first_row is None or after.count > before.count:
+        if first is None or after.count > before.count:
             continue
-
-        def moved(row: int) -> int:  # where a row of the text without the splice is with it
-            return row + text.count("\n") if row > cursor_row else row
-
-        if after.first_row < moved(before.first_row):
-            continue
-        if broken_below is not None and after.first_row <= moved(broken_below):
-            continue
-        return i
+        moved = first + text.count("\n") if first > cursor_row else first  # where that row is now
+        if after.first_row > moved or (after.first_row == moved and not needs_repair):
+            return i
     return None
 
 

@@ -380,6 +380,11 @@ BELOW = "\n        t += x\n    return t\n"
     # A function still being written (its brace not closed yet) above others: completions stay.
     ("function f(a) {\n  const x = ", "a + 1;", "\n\nfunction g() {\n  return 2;\n}\n", "javascript", False,
      "a + 1;"),
+    # A header finished while typing a body: its own body comes with the next keystrokes.
+    ("class G:\n    def f(self, lines):\n        for line in lines[:-1", "]:", "\n\n    def g(self):\n        pass\n",
+     "python", False, "]:"),
+    ("def f(x):\n    if x:\n        return 1\n    ", "else:", "\n", "python", False, "else:"),
+    ("def f(x):\n    for y in x:\n        ", "if y:", "\n\ndef g():\n    pass\n", "python", False, "if y:"),
     # What is broken in another function below is none of this completion's business.
     ("def f(x):\n    ", "return x", "\n\ndef g(:\n    pass\n", "python", False, "return x"),
     ("def f(x):\n    return x, ", "x + 1", "\n\n\nSTRING = '''unterminated\n", "python", False, "x + 1"),
