@@ -295,7 +295,7 @@ def _last_token_opens_block(win: _Window, language: str) -> bool | None:
 class SyntaxErrors:
     count: int  # tree-sitter's ERROR and MISSING nodes
     first_row: int | None  # row (0-based) of the first error of any kind
-    broken_rows: tuple[int, ...]  # rows of text that cannot be parsed (ERROR nodes, Python's compiler), sorted
+    broken_rows: tuple[int, ...]  # rows of text tree-sitter could not parse (its ERROR nodes), sorted
 
 
 def syntax_errors(language: str | None, text: str) -> SyntaxErrors | None:
@@ -311,10 +311,9 @@ def syntax_errors(language: str | None, text: str) -> SyntaxErrors | None:
             count += 1
             (missing if node.is_missing else broken).append(node.start_point[0])
         stack.extend(child for child in node.children if child.has_error or child.is_missing)
-    if language == "python":
-        row = first_python_error(text)
-        broken += [] if row is None else [row]
     rows = missing + broken
+    if language == "python":
+        rows += [row for row in [first_python_error(text)] if row is not None]
     return SyntaxErrors(count, min(rows) if rows else None, tuple(sorted(broken)))
 
 
@@ -382,7 +381,9 @@ def first_that_parses(prefix: str, suffix: str, language: str | None,
     before = syntax_errors(language, head + tail)
     if before is None:
         return 0
-    # Code below an intact cursor line that does not parse without the splice needs it to.
+    # Code below an intact cursor line that does not parse without the splice needs it to
+    # (tree-sitter's verdict: Python's compiler also objects to a `try:` still missing its
+    # `except`, which the user may be about to type).
     first = before.first_row
     last_row = (head + tail).count("\n") - (-1 if clean else CUT_ROWS)
     needs_repair = first is not None and cursor_row < first < last_row and first in before.broken_rows

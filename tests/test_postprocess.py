@@ -485,3 +485,11 @@ def test_never_repeats_the_suffix_first_line_at_another_indentation(cursor_inden
     for completion in completions:
         got = postprocess(completion, prefix=prefix, suffix=suffix, language="python", multiline=multiline)
         assert line not in [shown.strip() for shown in got.text.split("\n")], (completion, got)
+
+
+def test_a_try_block_being_typed_may_grow_before_its_except():
+    prefix = "def fetch(c, spos):\n    try:\n        if spos is None:\n            return c.popleft()\n        "
+    suffix = "\n\n    while c:\n        pass\n"
+    got = postprocess("elif spos == len(c):", prefix=prefix, suffix=suffix, language="python", multiline=False,
+                      ended=True)
+    assert got.text == "elif spos == len(c):"
