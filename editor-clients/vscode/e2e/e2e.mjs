@@ -78,7 +78,9 @@ if (!modelDir) {
 }
 
 const ORIGINAL = 'import os\n\n\ndef read_file(path):\n    with open(path) as f:\n        return f.read()\n\n\n';
-const TYPED = 'def write_file(path, text):\n    with open(path, "w") as f:\n        f.write';
+// Typed up to a comment: the tiny random model's tokens are shown there, where they cannot break
+// the file (the server withholds finished completions that would).
+const TYPED = 'def write_file(path, text):\n    with open(path, "w") as f:\n        f.write(text)  # ';
 const file = path.join(workspace, 'main.py');
 const serverLogFile = path.join(tmp, 'quickdraft-serve.log');
 fs.writeFileSync(file, ORIGINAL);
