@@ -36,8 +36,8 @@ from engine.verify import SamplingParams
 
 log = logging.getLogger(__name__)
 
-LOOKUP_DOCUMENT_CHARS = 32_000
-LOOKAHEAD_TOKENS = 24  # decoded past a finished one-line completion, as the next line's draft  # of each other document, tokenized for prompt lookup only
+LOOKUP_DOCUMENT_CHARS = 32_000  # of each other document, tokenized for prompt lookup only
+LOOKAHEAD_TOKENS = 24  # decoded past a finished one-line completion, as the next line's draft
 # A CPU prefills roughly 100 tokens a second with a 0.5B model (no AMX): keep prompts short
 # there, and lean on KV reuse. The suffix is the part every keystroke feeds again (Qwen's
 # FIM prompt puts it after the prefix, and the model was not trained suffix-first), so it
@@ -271,10 +271,11 @@ class CompletionEngine:
                 prompt_tokens=len(prompt.token_ids), stats=copy.deepcopy(result.stats), anchored=prompt.anchored,
             )
 
-        answered = []
+        answered = False
 
         def on_deadline(partial: GenerationResult) -> None:
-            answered.append(True)
+            nonlocal answered
+            answered = True
             on_answer(finish(partial))
 
         result = self._run(prompt.token_ids, config, prompt.token_streams, cancel,

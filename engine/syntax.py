@@ -296,6 +296,7 @@ class SyntaxErrors:
     count: int  # tree-sitter's ERROR and MISSING nodes
     first_row: int | None  # row (0-based) of the first error of any kind
     broken_rows: tuple[int, ...]  # rows of text tree-sitter could not parse (its ERROR nodes), sorted
+    compiler_row: int | None = None  # Python: the row of the compiler's first error (None: it compiles)
 
 
 def syntax_errors(language: str | None, text: str) -> SyntaxErrors | None:
@@ -311,16 +312,9 @@ def syntax_errors(language: str | None, text: str) -> SyntaxErrors | None:
             count += 1
             (missing if node.is_missing else broken).append(node.start_point[0])
         stack.extend(child for child in node.children if child.has_error or child.is_missing)
-    rows = missing + broken
-    if language == "python":
-        rows += [row for row in [first_python_error(text)] if row is not None]
-    return SyntaxErrors(count, min(rows) if rows else None, tuple(sorted(broken)))
-
-
-def error_nodes(language: str | None, text: str) -> int | None:
-    """ERROR and MISSING nodes in tree-sitter's parse of ``text`` (None without a grammar)."""
-    errors = syntax_errors(language, text)
-    return None if errors is None else errors.count
+    compiler_row = first_python_error(text) if language == "python" else None
+    rows = missing + broken + ([compiler_row] if compiler_row is not None else [])
+    return SyntaxErrors(count, min(rows) if rows else None, tuple(sorted(broken)), compiler_row)
 
 
 def first_python_error(text: str) -> int | None:

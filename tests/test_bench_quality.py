@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from engine.bench.quality import edit_similarity, judge
-from engine.syntax import error_nodes
+from engine.syntax import syntax_errors
 from engine.bench.quality_holes import QUALITY_KINDS, QualityHole, line_holes, make_quality_holes
 from lsp_server.cli import main as cli_main
 
@@ -40,9 +40,9 @@ def test_edit_similarity():
 
 
 def test_error_nodes_counts_what_the_parser_could_not_make_sense_of():
-    assert error_nodes("python", MODULE) == 0
-    assert error_nodes("python", MODULE.replace("return separator.join(parts)", "return separator.join(parts")) > 0
-    assert error_nodes("cobol", MODULE) is None  # no grammar: no verdict
+    assert syntax_errors("python", MODULE).count == 0
+    assert syntax_errors("python", MODULE.replace("return separator.join(parts)", "return separator.join(parts")).count > 0
+    assert syntax_errors("cobol", MODULE) is None  # no grammar: no verdict
 
 
 def hole(middle: str, prefix: str = "def f(x):\n    ", suffix: str = "\n") -> QualityHole:

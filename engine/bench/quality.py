@@ -23,14 +23,13 @@ table also shows quality against suffix length.
 
 from __future__ import annotations
 
-import ast
 import logging
 import time
 from dataclasses import asdict, dataclass, replace
 from typing import Callable, Sequence
 
 from engine.bench.quality_holes import DEFAULT_LANGUAGES, QUALITY_KINDS, QualityHole
-from engine.syntax import error_nodes
+from engine.syntax import syntax_errors
 
 log = logging.getLogger(__name__)
 
@@ -67,20 +66,10 @@ def edit_similarity(a: str, b: str) -> float:
     return 1.0 - previous[-1] / max(len(a), len(b))
 
 
-def python_compiles(text: str) -> bool:
-    try:
-        ast.parse(text)
-    except (SyntaxError, ValueError):
-        return False
-    return True
-
-
 def whole_file_errors(language: str, text: str) -> tuple[int, bool] | None:
     """(tree-sitter error nodes, whether Python compiles it) for a file; None without a grammar."""
-    errors = error_nodes(language, text)
-    if errors is None:
-        return None
-    return errors, python_compiles(text) if language == "python" else True
+    errors = syntax_errors(language, text)
+    return None if errors is None else (errors.count, errors.compiler_row is None)
 
 
 def judge(hole: QualityHole, shown: str, original: tuple[int, bool] | None) -> dict:
