@@ -138,11 +138,15 @@ def keep_first_line(text: str, ctx: Context) -> str:
 
 
 def drop_unfinished_line(text: str, ctx: Context) -> str:
-    """Multi-line output cut short by the token limit ends at its last whole line: half a
-    statement would not parse. (A single line is kept: it is all there is.)"""
+    """Multi-line output cut short by the token limit ends at its last whole line, and not at
+    a line that opens a block whose body the limit cut off: neither would parse. (A single
+    line is kept: it is all there is.)"""
     if not (ctx.multiline and ctx.cut_short) or "\n" not in text:
         return text
-    return text[: text.rfind("\n")]
+    lines = text.split("\n")[:-1]
+    while len(lines) > 1 and line_opens_block(lines[-1], ctx.language):
+        lines.pop()
+    return "\n".join(lines)
 
 
 def start_at_cursor_indentation(text: str, ctx: Context) -> str:
@@ -363,14 +367,15 @@ def postprocess(
 
     ``cut_short``: the decoder stopped at its token limit rather than at a stop.
     ``ended``: the model ended the completion itself (end of text or a stop string), so it
-    must leave the file parsing (`keep_the_file_parsing`); an answer the budget cut short is
-    the start of one and is not judged."""
+    must leave the file parsing (`keep_the_file_parsing`), as must a multi-line one the token
+    limit cut (it ends at whole lines); an answer the budget cut short is the start of one
+    and is not judged."""
     ctx = Context(prefix, suffix, language, multiline, cut_short)
     text = run_filters(completion, ctx)[-1][1] if completion.strip() else ""
     if not text:
         return PostprocessedCompletion("", 0)
     result = correct_range(text, ctx.line_after)
-    if ended:
+    if ended or (multiline and cut_short):  # whole lines, finished code either way
         result = keep_the_file_parsing(result, ctx)
     if result.text == ctx.line_after[: result.replace_after] or not result.text.strip():
         return PostprocessedCompletion("", 0)  # the item would change nothing

@@ -80,6 +80,7 @@ def test_drop_unfinished_line():
     assert drop_unfinished_line("x = 1\n    y = f(a,", cut) == "x = 1"
     assert drop_unfinished_line("x = 1\n", cut) == "x = 1"
     assert drop_unfinished_line("y = f(a,", cut) == "y = f(a,"  # one line: all there is
+    assert drop_unfinished_line("x = 1\n    if x:\n        y", cut) == "x = 1"  # the header's body was cut
     finished = Context("def f():\n    ", "\n", "python", multiline=True)
     assert drop_unfinished_line("x = 1\n    y = 2", finished) == "x = 1\n    y = 2"
     single = Context("x = ", "\n", "python", multiline=False, cut_short=True)
@@ -394,6 +395,12 @@ BELOW = "\n        t += x\n    return t\n"
 def test_keep_the_file_parsing(prefix, completion, suffix, language, multiline, expected):
     got = postprocess(completion, prefix=prefix, suffix=suffix, language=language, multiline=multiline, ended=True)
     assert got.text == expected
+
+
+def test_a_block_the_token_limit_cut_is_judged_by_syntax():
+    got = postprocess("t = max(t,\n        x = (", prefix=BODY, suffix=BELOW, language="python", multiline=True,
+                      cut_short=True)
+    assert got.text == ""  # its one whole line leaves a call open
 
 
 def test_an_answer_cut_short_is_not_judged_by_syntax():
