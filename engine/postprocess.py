@@ -367,15 +367,14 @@ def postprocess(
 
     ``cut_short``: the decoder stopped at its token limit rather than at a stop.
     ``ended``: the model ended the completion itself (end of text or a stop string), so it
-    must leave the file parsing (`keep_the_file_parsing`), as must a multi-line one the token
-    limit cut (it ends at whole lines); an answer the budget cut short is the start of one
-    and is not judged."""
+    must leave the file parsing (`keep_the_file_parsing`); an answer the budget or the token
+    limit cut short is the start of one and is not judged."""
     ctx = Context(prefix, suffix, language, multiline, cut_short)
     text = run_filters(completion, ctx)[-1][1] if completion.strip() else ""
     if not text:
         return PostprocessedCompletion("", 0)
     result = correct_range(text, ctx.line_after)
-    if ended or (multiline and cut_short):  # whole lines, finished code either way
+    if ended:
         result = keep_the_file_parsing(result, ctx)
     if result.text == ctx.line_after[: result.replace_after] or not result.text.strip():
         return PostprocessedCompletion("", 0)  # the item would change nothing

@@ -397,12 +397,6 @@ def test_keep_the_file_parsing(prefix, completion, suffix, language, multiline, 
     assert got.text == expected
 
 
-def test_a_block_the_token_limit_cut_is_judged_by_syntax():
-    got = postprocess("t = max(t,\n        x = (", prefix=BODY, suffix=BELOW, language="python", multiline=True,
-                      cut_short=True)
-    assert got.text == ""  # its one whole line leaves a call open
-
-
 def test_an_answer_cut_short_is_not_judged_by_syntax():
     """The budget's answer is the start of a completion: an open call is what it looks like."""
     got = postprocess("t = max(t, x", prefix=BODY, suffix=BELOW, language="python", multiline=False, ended=False)
