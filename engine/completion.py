@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 import torch
 
 from engine.anchor import Anchor, typed_since
-from engine.decoder import GenerationConfig, GenerationResult, SpeculativeDecoder, StopReason
+from engine.decoder import GenerationConfig, GenerationResult, OnDeadline, SpeculativeDecoder, StopReason
 from engine.drafters import DrafterConfig, make_drafter
 from engine.errors import ModelError, PromptError
 from engine.fim import FimTemplate, detect_fim_template
@@ -26,7 +26,8 @@ from engine.healing import vocabulary as healing_vocabulary
 from engine.kv import PREFILL_CHUNK
 from engine.kv_static import cache_factory
 from engine.medusa.store import find_heads
-from engine.models.loading import LoadedModel, check_pair, load_model
+from engine.models.loading import LoadedModel, check_pair, load_model, parse_device
+from engine.models.quantize import ROWS_PER_READ
 from engine.modes import check_drafter, needs_draft_model
 from engine.postprocess import postprocess, stop_strings_for
 from engine.prompt import ContextBudget, build_prompt, encode_middle, heal_middle
@@ -38,6 +39,9 @@ log = logging.getLogger(__name__)
 
 LOOKUP_DOCUMENT_CHARS = 32_000  # of each other document, tokenized for prompt lookup only
 LOOKAHEAD_TOKENS = 24  # decoded past a finished one-line completion, as the next line's draft
+# Post-processing and the reply take a few ms after the last pass: the passes stop this much
+# before the budget ends, so the editor has its answer within the budget.
+ANSWER_MARGIN_S = 0.010
 # A CPU prefills roughly 100 tokens a second with a 0.5B model (no AMX): keep prompts short
 # there, and lean on KV reuse. The suffix is the part every keystroke feeds again (Qwen's
 # FIM prompt puts it after the prefix, and the model was not trained suffix-first), so it
@@ -93,7 +97,9 @@ class CompletionEngine:
         self.verifier = verifier
         self.draft = draft
         self.tokenizer = verifier.tokenizer
-        self.max_draft_tokens = max_draft_tokens
+        # With int8 weights a pass costs one weight read up to ROWS_PER_READ tokens and one more
+        # per further ROWS_PER_READ: a longer draft rarely pays for a second read.
+        self.max_draft_tokens = min(max_draft_tokens, ROWS_PER_READ - 1) if verifier.int8 else max_draft_tokens
         self._window_starts: dict[str, int] = {}  # per document path: where its prefix window begins
         self._anchors: dict[str, Anchor] = {}  # per document path: the prompt typing continues
         self._last_output: dict[str, list[int]] = {}  # per document path: the last completion's tokens
@@ -125,10 +131,14 @@ class CompletionEngine:
     ) -> "CompletionEngine":
         """Load models by spec (preset name, directory, .gguf; None → the default pair).
 
-        `draft="none"` (or drafter "lookup"/"none") loads no draft model.
+        `draft="none"` (or drafter "lookup"/"none") loads no draft model. On a CPU the default
+        dtype is int8 weights (engine/models/quantize.py): passes of a few tokens, what typing
+        costs, are twice as fast, with the same completion quality (README, "Weights in int8").
         """
         if drafter == "draft" and draft == "none":
             raise ModelError("drafter 'draft' needs a draft model: pass --draft, or use --drafter lookup")
+        if dtype in (None, "auto") and parse_device(device).type == "cpu":
+            dtype = "int8"
         loaded_verifier = load_model(verifier, dtype=dtype, device=device, role="verifier")
         loaded_draft = None
         if draft != "none" and needs_draft_model(drafter):
@@ -246,7 +256,7 @@ class CompletionEngine:
         if multiline is None:
             multiline = decide_multiline(request.prefix, request.suffix, language)
         prompt = self._prompt(request)
-        deadline = budget_start + request.budget_ms / 1000 if request.budget_ms else None
+        deadline = budget_start + request.budget_ms / 1000 - ANSWER_MARGIN_S if request.budget_ms else None
         config = GenerationConfig(
             max_new_tokens=request.max_new_tokens,
             sampling=SamplingParams(temperature=request.temperature),
@@ -260,7 +270,7 @@ class CompletionEngine:
                                           current_line_parts(request.prefix, "")[0]) if self.heal else None,
         )
 
-        def finish(result: GenerationResult) -> CompletionResult:
+        def finish(result: GenerationResult, multiline: bool = multiline) -> CompletionResult:
             text = after_healed(result.text, prompt.healed)  # what follows the cursor
             shown = postprocess(text, prefix=request.prefix, suffix=request.suffix, language=language,
                                 multiline=multiline, cut_short=result.stop_reason == StopReason.MAX_NEW_TOKENS,
@@ -273,28 +283,72 @@ class CompletionEngine:
 
         answered = False
 
-        def on_deadline(partial: GenerationResult) -> None:
+        def answer(completion: CompletionResult) -> None:
             nonlocal answered
             answered = True
-            on_answer(finish(partial))
+            on_answer(completion)
 
-        result = self._run(prompt.token_ids, config, prompt.token_streams, cancel,
-                           skip_chars(on_text, len(prompt.healed)), on_deadline if on_answer is not None else None)
+        result = self._run(prompt.token_ids, config, prompt.token_streams, cancel, skip_chars(on_text, len(prompt.healed)),
+                           (lambda partial: answer(finish(partial))) if on_answer is not None else None)
         completion = finish(result)
         ahead: list[int] = []
         if on_answer is not None and not multiline and result.stop_reason == StopReason.STOP_STRING:
-            if not answered:
-                on_answer(completion)  # the line is done: answer now, look ahead after
-            ahead = self._look_ahead(prompt.token_ids + result.token_ids, config, prompt.token_streams, cancel)
+            # The line is done: decode the next one too. After Enter it is the first pass's draft;
+            # and when the cursor ends its line and the budget has time left, it is shown as well.
+            ids = prompt.token_ids + result.token_ids
+            if answered or not self._time_for_next_line(request, result, deadline):
+                if not answered:
+                    answer(completion)
+                ahead = self._look_ahead(ids, config, prompt.token_streams, cancel).token_ids
+            else:
+                one_line = completion
+
+                def with_next_line(look: GenerationResult) -> CompletionResult:
+                    two_lines = finish(self._two_lines(result, look), multiline=True)
+                    # Only past a line shown whole: one that post-processing cut or withheld stays so.
+                    grows = (two_lines.text.startswith(one_line.text + "\n")
+                             and two_lines.replace_after == one_line.replace_after)
+                    return two_lines if grows else replace(one_line, stats=two_lines.stats)
+
+                look = self._look_ahead(ids, config, prompt.token_streams, cancel,
+                                        lambda partial: answer(with_next_line(partial)))
+                ahead = look.token_ids
+                completion = with_next_line(look)
+                if look.stop_reason == StopReason.CANCELLED:
+                    completion = replace(completion, stop_reason=StopReason.CANCELLED)  # superseded unanswered
+                elif not answered:
+                    answer(completion)
         self._last_output[request.path or ""] = list(result.token_ids) + ahead
         return completion
 
-    def _look_ahead(self, token_ids: list[int], config: GenerationConfig, streams, cancel) -> list[int]:
+    def _look_ahead(self, token_ids: list[int], config: GenerationConfig, streams, cancel,
+                    on_deadline: OnDeadline | None = None) -> GenerationResult:
         """The verifier's next line after a finished one-line completion, decoded while the user
         finishes typing it: after Enter it is the first pass's draft, so a new line costs one pass
-        instead of one per token. Drafts only, never shown: what is shown stays exact."""
-        config = replace(config, max_new_tokens=LOOKAHEAD_TOKENS, stop_strings=["\n"], deadline=None, constraint=None)
-        return self._run(token_ids, config, streams, cancel, None).token_ids
+        instead of one per token. With `on_deadline` the request's budget still runs (its answer
+        shows the next line so far); without, it is a draft only, never shown."""
+        config = replace(config, max_new_tokens=LOOKAHEAD_TOKENS, stop_strings=["\n"], constraint=None,
+                         deadline=config.deadline if on_deadline is not None else None)
+        return self._run(token_ids, config, streams, cancel, None, on_deadline)
+
+    @staticmethod
+    def _time_for_next_line(request: CompletionRequest, line: GenerationResult, deadline: float | None) -> bool:
+        """The cursor ends its line (a next line would not push text aside), and one more pass,
+        as long as this request's passes took, still ends within the budget."""
+        if deadline is None or current_line_parts("", request.suffix)[1].strip():
+            return False
+        per_pass = line.stats.verify_ms / 1000 / max(line.stats.verifier_passes, 1)
+        return time.monotonic() + per_pass < deadline
+
+    def _two_lines(self, line: GenerationResult, look: GenerationResult) -> GenerationResult:
+        """A finished line and the next one (so far) as one output."""
+        ids = line.token_ids + look.token_ids
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        head = line.text + "\n"
+        next_line = text[len(head):].split("\n", 1)[0] if text.startswith(head) else ""
+        stats = copy.deepcopy(line.stats)
+        stats.add(look.stats)
+        return GenerationResult(ids, head + next_line, look.stop_reason, stats)
 
     def warm(self, request: CompletionRequest, cancel: threading.Event | None = None) -> int:
         """Prefill the prompt for `request` ahead of time (cancellable between layers): tokens fed.

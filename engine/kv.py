@@ -16,6 +16,8 @@ from typing import Callable
 import torch
 from transformers import DynamicCache
 
+from engine.models.quantize import float_weights
+
 PREFILL_CHUNK = 128  # tokens per prefill forward: the grain at which a cold prefill can be cancelled
 
 ShouldStop = Callable[[], bool]
@@ -143,12 +145,13 @@ class KVCache:
               chunk: int | None) -> tuple[torch.Tensor | None, int]:
         start, step = len(self.tokens), chunk or end
         logits = None
-        while len(self.tokens) < end:
-            if should_stop is not None and should_stop():
-                return None, len(self.tokens) - start
-            try:
-                logits = self.forward(tokens[len(self.tokens):min(len(self.tokens) + step, end)],
-                                      logits_for=1, should_stop=should_stop)[-1]
-            except PassCancelled:
-                return None, len(self.tokens) - start
+        with float_weights(self.model):  # a prompt chunk is many rows: int8 layers read their float weights
+            while len(self.tokens) < end:
+                if should_stop is not None and should_stop():
+                    return None, len(self.tokens) - start
+                try:
+                    logits = self.forward(tokens[len(self.tokens):min(len(self.tokens) + step, end)],
+                                          logits_for=1, should_stop=should_stop)[-1]
+                except PassCancelled:
+                    return None, len(self.tokens) - start
         return logits, len(self.tokens) - start

@@ -60,6 +60,17 @@ class DecodeStats:
             per.drafted += drafted
             per.accepted += kept
 
+    def add(self, later: "DecodeStats") -> None:
+        """Count a later call that continued this one's output (its prompt is this one's)."""
+        for name in ("verifier_passes", "drafted", "accepted", "corrections", "emitted", "draft_ms", "verify_ms",
+                     "decode_ms"):
+            setattr(self, name, getattr(self, name) + getattr(later, name))
+        for source, figures in later.drafters.items():
+            mine = self.drafters.setdefault(source, DrafterStats())
+            mine.proposals += figures.proposals
+            mine.drafted += figures.drafted
+            mine.accepted += figures.accepted
+
     def to_dict(self) -> dict:
         data = asdict(self)
         data["tau"] = round(self.tau, 4)

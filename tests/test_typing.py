@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -30,9 +31,9 @@ def new_engine(verifier, drafter="lookup") -> CompletionEngine:
                             context_budget=ContextBudget(prefix_tokens=160, suffix_tokens=16, other_documents_tokens=0))
 
 
-def anchored_ids(engine: CompletionEngine, prefix: str) -> list[int]:
+def anchored_ids(engine: CompletionEngine, prefix: str, path: str = PATH) -> list[int]:
     """The anchor's prompt plus the typed text, less its end that token healing leaves to the model."""
-    anchor = engine._anchors[PATH]
+    anchor = engine._anchors[path]
     middle, _ = heal_middle(engine.tokenizer, engine.template, anchor.healed + prefix[len(anchor.prefix):])
     return anchor.token_ids + encode_middle(engine.tokenizer, engine.template, middle)
 
@@ -214,3 +215,47 @@ def test_no_look_ahead_without_a_caller_waiting_on_the_answer_or_after_a_block(v
     block = engine.complete(CompletionRequest(prefix=PREFIX, suffix=SUFFIX, path=PATH, max_new_tokens=64,
                                               multiline=True), on_answer=lambda completion: None)
     assert engine._last_output[PATH] == block.token_ids
+
+
+# No grammar for a .txt file: the tiny model's nonsense lines are not withheld as broken code.
+TEXT_PATH = "/w/typing.txt"
+
+
+def budgeted_request(typed: str, suffix: str = SUFFIX, budget_ms: float = 60_000, **timing) -> CompletionRequest:
+    return CompletionRequest(prefix=PREFIX + typed, suffix=suffix, path=TEXT_PATH, max_new_tokens=64, multiline=False,
+                             budget_ms=budget_ms, received_at=timing.get("received_at", time.monotonic()))
+
+
+def test_a_line_finished_within_the_budget_shows_the_next_line_too(verifier):
+    two_lines = []
+    for typed in CANDIDATES:
+        request = budgeted_request(typed)
+        one = new_engine(verifier).complete(replace(request, budget_ms=None))  # nobody waiting: one line
+        engine, answers = new_engine(verifier), []
+        final = engine.complete(request, on_answer=answers.append)
+        if one.stop_reason != "stop_string":
+            assert answers == []  # no early answer: the caller takes the returned result
+            continue
+        assert answers == [final]  # one answer, once the next line was done
+        # The next line is the verifier's own, decoded after the line it finished.
+        prompt = anchored_ids(engine, PREFIX + typed, TEXT_PATH)
+        config = GenerationConfig(max_new_tokens=LOOKAHEAD_TOKENS, stop_strings=["\n"],
+                                  eos_token_ids=engine.stop_token_ids(engine.template.stop_tokens))
+        with torch.inference_mode():
+            ahead = SpeculativeDecoder(verifier.model, None, engine.tokenizer).generate(prompt + one.token_ids, config)
+        assert engine._last_output[TEXT_PATH] == one.token_ids + ahead.token_ids
+        if final.text != one.text:
+            assert final.text.startswith(one.text + "\n") and "\n" not in final.text[len(one.text) + 1:]
+            assert final.token_ids == one.token_ids + ahead.token_ids and final.multiline
+            assert final.stats.verifier_passes == one.stats.verifier_passes + ahead.stats.verifier_passes
+            two_lines.append(typed)
+    assert two_lines, "no candidate line was followed by a shown next line"
+
+
+def test_the_next_line_is_not_shown_mid_line_or_past_the_budget(verifier):
+    for typed in CANDIDATES:
+        for request in (budgeted_request(typed, suffix=" # note" + SUFFIX),  # text after the cursor
+                        budgeted_request(typed, budget_ms=50, received_at=time.monotonic() - 1)):  # budget spent
+            answers = []
+            new_engine(verifier).complete(request, on_answer=answers.append)
+            assert len(answers) == 1 and "\n" not in answers[0].text

@@ -40,8 +40,15 @@ class LoadedModel:
     name: str  # preset name or the path/spec given
     path: Path | None  # None for a hub id
     device: torch.device
-    dtype: torch.dtype
+    dtype: torch.dtype  # of activations, and of the weights unless int8
     load_ms: float
+    int8: bool = False  # linear layers hold int8 weights (engine/models/quantize.py)
+
+    @property
+    def precision(self) -> str:
+        """How it computes, for logs and reports: "bfloat16", or "int8 weights, bfloat16"."""
+        name = str(self.dtype).removeprefix("torch.")
+        return f"int8 weights, {name}" if self.int8 else name
 
 
 # ----------------------------------------------------------------------------- device and dtype
@@ -89,7 +96,17 @@ def parse_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.
     try:
         return _DTYPES[dtype.lower().removeprefix("torch.")]
     except KeyError:
-        raise ModelError(f"unknown dtype {dtype!r}; use one of bf16, fp16, fp32 or auto") from None
+        raise ModelError(f"unknown dtype {dtype!r}; use one of bf16, fp16, fp32, int8 or auto") from None
+
+
+def parse_precision(dtype: str | torch.dtype | None, device: torch.device) -> tuple[torch.dtype, bool]:
+    """(activation dtype, int8 weights) for a --dtype value: a float dtype, "int8" (int8
+    weights, the default float dtype for the rest; CPU only) or auto (a float dtype)."""
+    if isinstance(dtype, str) and dtype.lower() == "int8":
+        if torch.device(device).type != "cpu":
+            raise ModelError(f"int8 weights are for the CPU, not {device}; use bf16 there")
+        return default_dtype(device), True
+    return parse_dtype(dtype, device), False
 
 
 def parse_device(device: str | torch.device | None) -> torch.device:
@@ -168,7 +185,7 @@ def load_model(
     name = presets.PAIRS[spec or "default"][role] if spec is None or spec in presets.PAIRS else spec
     target = resolve_model_spec(spec, role)
     torch_device = parse_device(device)
-    torch_dtype = parse_dtype(dtype, torch_device)
+    torch_dtype, int8 = parse_precision(dtype, torch_device)
     path = Path(target)
     gguf_file: Path | None = None
 
@@ -217,9 +234,14 @@ def load_model(
         raise ModelError(f"out of GPU memory loading {model_path or target} in {torch_dtype}: {_short(error)}") from error
     except Exception as error:
         raise ModelError(f"could not load the model at {model_path or target}: {_short(error)}{hint}") from error
-    load_ms = (time.perf_counter() - started) * 1000
-    log.info("loaded %s (%s, %s) in %.0f ms", name, torch_dtype, torch_device, load_ms)
-    return LoadedModel(model, tokenizer, name, model_path, torch_device, torch_dtype, load_ms)
+    if int8:
+        from engine.models.quantize import quantize_int8
+
+        quantize_int8(model)
+    loaded = LoadedModel(model, tokenizer, name, model_path, torch_device, torch_dtype, 0.0, int8)
+    loaded.load_ms = (time.perf_counter() - started) * 1000
+    log.info("loaded %s (%s, %s) in %.0f ms", name, loaded.precision, torch_device, loaded.load_ms)
+    return loaded
 
 
 def _short(error: Exception) -> str:

@@ -140,7 +140,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="corpus and hole choice (default 0)")
     parser.add_argument("--verifier", help="preset, directory or .gguf (default: the default pair's verifier)")
     parser.add_argument("--draft", help="draft model, or 'none'")
-    parser.add_argument("--dtype", help="bfloat16 | float16 | float32")
+    parser.add_argument("--dtype", help="int8 | bfloat16 | float16 | float32 (default: int8 weights on a CPU, bf16 on CUDA)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 

@@ -18,7 +18,7 @@ def add_parsers(sub) -> None:
     serve.add_argument("--drafter", choices=DRAFTER_MODES)
     serve.add_argument("--max-new-tokens", type=int)
     serve.add_argument("--budget-ms", type=float, help="latency budget per completion (default 200)")
-    serve.add_argument("--dtype", help="bfloat16 | float16 | float32")
+    serve.add_argument("--dtype", help="int8 | bfloat16 | float16 | float32 (default: int8 weights on a CPU, bf16 on CUDA)")
     serve.add_argument("--device", help="cpu | cuda | cuda:N")
     serve.add_argument("--no-warm", action="store_true",
                        help="do not prefill the cursor's prompt window ahead of requests (setting `warm`)")

@@ -1,0 +1,103 @@
+"""Weight-only int8 (engine/models/quantize.py): the arithmetic, the loading, and exact
+speculative decoding on the quantized model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.decoder import GenerationConfig, SpeculativeDecoder
+from engine.drafters import DrafterConfig, make_drafter
+from engine.errors import ModelError
+from engine.models.loading import load_model, parse_precision
+from engine.models.quantize import Int8Linear, WeightChoice, float_weights, quantize_int8
+
+
+def linear(in_features: int, out_features: int, dtype: torch.dtype, bias: bool = False) -> torch.nn.Linear:
+    torch.manual_seed(in_features + out_features)
+    layer = torch.nn.Linear(in_features, out_features, bias=bias)
+    return layer.to(dtype)
+
+
+@pytest.mark.parametrize("shape", [(64, 48), (896, 130)])
+def test_rounding_moves_no_weight_more_than_half_a_step(shape):
+    layer = linear(*shape, torch.float32)
+    q = Int8Linear(layer, WeightChoice())
+    step = q.scale.float()[:, None]
+    weight = layer.weight.float()
+    assert q.qweight.dtype == torch.int8 and q.qweight.abs().max() <= 127
+    # Half a step, give or take float32's rounding of the division and the product.
+    assert ((q.dequantized() - weight).abs() <= step / 2 + 4 * torch.finfo(torch.float32).eps * weight.abs()).all()
+    # The largest weight of each row is exact: that is what its scale is made of.
+    assert (q.qweight.abs().amax(dim=1) == 127).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 3, 4, 9])
+def test_the_layer_computes_with_its_dequantized_weights(dtype, rows):
+    layer = linear(128, 96, dtype, bias=True)
+    q = Int8Linear(layer, WeightChoice())
+    x = torch.randn(2, rows, 128).to(dtype)
+    reference = x.float() @ q.dequantized().T + layer.bias.float()
+    got = q(x)
+    assert got.shape == (2, rows, 96) and got.dtype == dtype
+    # One rounding of the output, plus the sum's rounding in the activation dtype.
+    tolerance = 4 * torch.finfo(dtype).eps * (x.float().abs() @ q.dequantized().abs().T + layer.bias.float().abs())
+    assert ((got.float() - reference).abs() <= tolerance + 1e-6).all()
+
+
+def test_quantizing_replaces_every_linear_layer_and_keeps_the_float_weights(tiny_model_dir):
+    loaded = load_model(str(tiny_model_dir), dtype="float32", device="cpu")
+    model = loaded.model
+    linears = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    output_matrix = model.get_output_embeddings().weight
+    assert quantize_int8(model) == linears > 0
+    assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
+    # Medusa heads read the output layer's float matrix (tied to the embeddings in Qwen's).
+    output = model.get_output_embeddings()
+    assert isinstance(output, Int8Linear) and output.weight is output_matrix
+
+
+def test_prompt_chunks_read_the_float_weights_and_passes_the_int8_ones():
+    layer = linear(128, 96, torch.float32)
+    choice = WeightChoice()
+    q = Int8Linear(layer, choice)
+    model = torch.nn.Sequential(q)
+    model.int8_weight_choice = choice
+    x = torch.randn(5, 128)
+    with float_weights(model):
+        assert torch.equal(q(x), layer(x))
+    assert not choice.float_weights
+    assert not torch.equal(q(x), layer(x))  # rounded weights
+    with float_weights(torch.nn.Linear(2, 2)):  # no int8 layers: nothing to switch
+        pass
+
+
+def test_dtype_int8_loads_int8_weights_and_says_so(tiny_model_dir):
+    loaded = load_model(str(tiny_model_dir), dtype="int8", device="cpu")
+    assert loaded.int8 and loaded.precision.startswith("int8 weights, ")
+    assert any(isinstance(m, Int8Linear) for m in loaded.model.modules())
+    assert not load_model(str(tiny_model_dir), dtype="float32", device="cpu").int8
+
+
+def test_int8_is_for_the_cpu():
+    assert parse_precision("int8", torch.device("cpu"))[1]
+    with pytest.raises(ModelError, match="int8 weights are for the CPU"):
+        parse_precision("int8", torch.device("cuda"))
+
+
+@pytest.mark.parametrize("drafter", ["draft", "draft-tree"])
+def test_speculative_decoding_on_the_quantized_model_is_exact(tiny_model_dir, drafter):
+    """The output equals the quantized model's own plain decoding (fp32 activations). The
+    quantized model drafts for itself: its drafts come from one-row passes and are verified
+    in passes of several rows, the two paths of the int8 kernel."""
+    loaded = load_model(str(tiny_model_dir), dtype="float32", device="cpu")
+    quantize_int8(loaded.model)
+    prompt = loaded.tokenizer("def add(a, b):\n    return a + b\n", add_special_tokens=False)["input_ids"]
+    config = GenerationConfig(max_new_tokens=40, max_draft_tokens=5)
+    with torch.inference_mode():
+        plain = SpeculativeDecoder(loaded.model, None).generate(prompt, config)
+        drafts = make_drafter(drafter, loaded.model, DrafterConfig(max_draft_tokens=5), verifier=loaded.model)
+        speculative = SpeculativeDecoder(loaded.model, drafts).generate(prompt, config)
+    assert speculative.token_ids == plain.token_ids
+    assert speculative.stats.accepted > len(plain.token_ids) // 2
