@@ -46,7 +46,7 @@ class LocalBackend:
 
     def describe(self) -> str:
         verifier = self.engine.verifier
-        return f"{verifier.name} ({verifier.dtype}, {verifier.device}), drafter {self.engine.drafter_mode}"
+        return f"{verifier.name} ({verifier.precision}, {verifier.device}), drafter {self.engine.drafter_mode}"
 
     def stats(self) -> dict:
         verifier, draft = self.engine.verifier, self.engine.draft

@@ -29,6 +29,7 @@ from engine.bench.model_configs import DRAFT, VERIFIERS, config_for
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.kv import PREFILL_CHUNK, KVCache
 from engine.kv_static import BUCKETS, StaticKVCache
+from engine.models.quantize import quantize_int8
 from engine.verify import SamplingParams, greedy_accept
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ REPLAYS = (
 class PassesBenchConfig:
     device: str = "cpu"
     dtype: torch.dtype = torch.float32
+    int8: bool = False  # int8 weights (engine/models/quantize.py), activations in dtype
     quick: bool = False
     verifiers: tuple[str, ...] | None = None  # None: VERIFIERS["quick" or "full"]; (): the draft model alone
     contexts: tuple[int, ...] = (512, 2048)
@@ -72,7 +74,7 @@ class PassesBenchConfig:
         return self.fast_mode or ("graphs" if torch.device(self.device).type == "cuda" else "bucketed")
 
 
-def build_model(name: str, device: str, dtype: torch.dtype, seed: int = 0):
+def build_model(name: str, device: str, dtype: torch.dtype, seed: int = 0, int8: bool = False):
     """A Qwen2 causal LM with `name`'s exact shape and random weights, built on `device`."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -84,6 +86,8 @@ def build_model(name: str, device: str, dtype: torch.dtype, seed: int = 0):
             model = Qwen2ForCausalLM(Qwen2Config(**config_for(name))).eval()
     finally:
         torch.set_default_dtype(previous)
+    if int8:
+        quantize_int8(model)
     return model
 
 
@@ -245,12 +249,12 @@ def run_passes_bench(config: PassesBenchConfig, progress: Callable[[str], None] 
     result: dict = {"environment": environment(), "config": _describe(config, verifiers),
                     "records": [], "draft_steps": [], "prefill": [], "warmup_s": {}, "fast_mode_used": {},
                     "replays": []}
-    result["environment"].update(device=config.device, dtype=str(config.dtype).removeprefix("torch."))
+    result["environment"].update(device=config.device, dtype=_precision(config))
     draft_name = DRAFT[kind]
     progress(f"building {draft_name} (random weights)")
-    draft = build_model(draft_name, config.device, config.dtype, config.seed)
+    draft = build_model(draft_name, config.device, config.dtype, config.seed, config.int8)
     for name in (draft_name, *verifiers):
-        model = draft if name == draft_name else build_model(name, config.device, config.dtype, config.seed)
+        model = draft if name == draft_name else build_model(name, config.device, config.dtype, config.seed, config.int8)
         progress(f"{name}: passes, draft steps, prefill")
         figures = measure_passes(name, model, config, timer, rng)
         for key in ("records", "draft_steps", "prefill"):
@@ -288,8 +292,13 @@ def _warm(cache: StaticKVCache) -> StaticKVCache:
     return cache
 
 
+def _precision(config: PassesBenchConfig) -> str:
+    name = str(config.dtype).removeprefix("torch.")
+    return f"int8 weights, {name}" if config.int8 else name
+
+
 def _describe(config: PassesBenchConfig, verifiers) -> dict:
-    return {"device": config.device, "dtype": str(config.dtype).removeprefix("torch."), "quick": config.quick,
+    return {"device": config.device, "dtype": _precision(config), "quick": config.quick,
             "draft": DRAFT["quick" if config.quick else "full"], "verifiers": list(verifiers),
             "contexts": list(config.contexts), "pass_tokens": list(config.sizes), "repeats": config.repeats,
             "fast_mode": config.resolved_fast_mode(), "new_tokens": config.new_tokens,
