@@ -41,6 +41,15 @@ def test_quick_run_writes_every_figure(tmp_path, capsys):
     assert "k+1" in table and "replayed decode" in table and "passes.json" in table
 
 
+def test_int8_weights_are_measured_and_said(tmp_path, capsys):
+    args = ["bench", "passes", "--quick", "--dtype", "int8", "--verifiers", "none", "--fast-mode", "eager"]
+    assert cli_main([*args, "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "passes.json").read_text())
+    assert result["config"]["dtype"].startswith("int8 weights, ") and result["environment"]["dtype"].startswith("int8")
+    assert result["records"] and all(r["eager_ms"] > 0 for r in result["records"])
+    assert "int8 weights" in capsys.readouterr().out
+
+
 def test_cuda_asked_for_but_missing_is_one_clear_line(tmp_path, capsys):
     import torch
 
