@@ -112,8 +112,8 @@ def test_cancel_closes_the_stream_and_the_server_stops(connect, llama):
 def test_the_budget_answers_with_what_streamed_and_stops_the_server(connect, llama):
     backend = connect()
     backend.complete(request())  # the prompt is cached: text streams well within the budget below
-    # 3 s: room for the first token on a loaded CI machine (a clean-clone run once saw none in 1 s),
-    # still far from the LONG tokens the server would otherwise write.
+    # The first text comes within milliseconds; 3 s leaves room on a loaded CI machine and is still
+    # far from the LONG tokens the server would otherwise write.
     result = backend.complete(request(max_new_tokens=LONG, budget_ms=3000, received_at=time.monotonic()))
     assert result.stop_reason == "deadline" and result.raw_text
     assert llama.wait_idle()["next_token"][0]["n_decoded"] < LONG

@@ -52,8 +52,11 @@ class LlamaServer:
         return f"http://{HOST}:{self.port}"
 
     def start(self, timeout: float = 60) -> "LlamaServer":
+        # 4 HTTP threads: each open keep-alive connection holds one until it closes or idles out
+        # (5 s). A backend may hold two and the tests poll /slots on a third: with 2 threads, one
+        # request in two of the budget test waited for a thread and streamed nothing in 3 s.
         command = [str(binary()), "--model", str(self.model), "--host", HOST, "--port", str(self.port),
-                   "--threads", "1", "--threads-http", "2", "--metrics", "--slots", "--no-webui", *self.extra]
+                   "--threads", "1", "--threads-http", "4", "--metrics", "--slots", "--no-webui", *self.extra]
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()
