@@ -51,7 +51,10 @@ def test_quantizing_replaces_every_linear_layer_and_keeps_the_float_weights(tiny
     model = loaded.model
     linears = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
     output_matrix = model.get_output_embeddings().weight
+    floats = {name: tensor.clone() for name, tensor in model.state_dict().items()}
     assert quantize_int8(model) == linears > 0
+    after = model.state_dict()
+    assert all(torch.equal(after[name], tensor) for name, tensor in floats.items())  # float weights untouched
     assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
     # Medusa heads read the output layer's float matrix (tied to the embeddings in Qwen's).
     output = model.get_output_embeddings()
