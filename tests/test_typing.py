@@ -221,9 +221,10 @@ def test_no_look_ahead_without_a_caller_waiting_on_the_answer_or_after_a_block(v
 TEXT_PATH = "/w/typing.txt"
 
 
-def budgeted_request(typed: str, suffix: str = SUFFIX, budget_ms: float = 60_000, **timing) -> CompletionRequest:
+def budgeted_request(typed: str, suffix: str = SUFFIX, budget_ms: float = 60_000,
+                     received_at: float | None = None) -> CompletionRequest:
     return CompletionRequest(prefix=PREFIX + typed, suffix=suffix, path=TEXT_PATH, max_new_tokens=64, multiline=False,
-                             budget_ms=budget_ms, received_at=timing.get("received_at", time.monotonic()))
+                             budget_ms=budget_ms, received_at=received_at if received_at is not None else time.monotonic())
 
 
 def test_a_line_finished_within_the_budget_shows_the_next_line_too(verifier):

@@ -238,9 +238,9 @@ def load_model(
         from engine.models.quantize import quantize_int8
 
         quantize_int8(model)
-    loaded = LoadedModel(model, tokenizer, name, model_path, torch_device, torch_dtype, 0.0, int8)
-    loaded.load_ms = (time.perf_counter() - started) * 1000
-    log.info("loaded %s (%s, %s) in %.0f ms", name, loaded.precision, torch_device, loaded.load_ms)
+    load_ms = (time.perf_counter() - started) * 1000
+    loaded = LoadedModel(model, tokenizer, name, model_path, torch_device, torch_dtype, load_ms, int8)
+    log.info("loaded %s (%s, %s) in %.0f ms", name, loaded.precision, torch_device, load_ms)
     return loaded
 
 

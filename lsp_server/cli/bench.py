@@ -140,7 +140,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="corpus and hole choice (default 0)")
     parser.add_argument("--verifier", help="preset, directory or .gguf (default: the default pair's verifier)")
     parser.add_argument("--draft", help="draft model, or 'none'")
-    parser.add_argument("--dtype", help="int8 | bfloat16 | float16 | float32 (default: int8 weights on a CPU, bf16 on CUDA)")
+    parser.add_argument("--dtype", help="int8 | bfloat16 | float16 | float32 (default: the engine's, int8 weights on a "
+                                        "CPU and bf16 on CUDA; bench engine: bf16 where fast, else fp32)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -280,15 +281,12 @@ def run_first_completion(args: argparse.Namespace) -> int:
 
 
 def run_passes(args: argparse.Namespace) -> int:
-    import torch
-
     from engine.bench.passes import PassesBenchConfig, format_table, run_passes_bench
     from engine.errors import QuickdraftError
     from engine.models.loading import parse_device, parse_precision
 
     device = parse_device(args.device)  # a clear error when CUDA is asked for and missing
-    dtype, int8 = parse_precision(args.dtype, device) if args.dtype else (
-        torch.float32 if device.type == "cpu" else parse_precision(None, device)[0], False)
+    dtype, int8 = parse_precision(args.dtype or ("float32" if device.type == "cpu" else None), device)
     if args.fast_mode == "graphs" and device.type != "cuda":
         raise QuickdraftError("--fast-mode graphs needs --device cuda; use bucketed or eager on this device")
     try:
