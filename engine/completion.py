@@ -27,7 +27,7 @@ from engine.kv import PREFILL_CHUNK
 from engine.kv_static import cache_factory
 from engine.medusa.store import find_heads
 from engine.models.loading import LoadedModel, check_pair, load_model, parse_device
-from engine.models.quantize import ROWS_PER_READ
+from engine.models.quantize import ROWS_PER_READ, pass_prompt_tokens
 from engine.modes import check_drafter, needs_draft_model
 from engine.postprocess import postprocess, stop_strings_for
 from engine.prompt import ContextBudget, build_prompt, encode_middle, heal_middle
@@ -111,6 +111,7 @@ class CompletionEngine:
         self._draft_cache = None  # kept across drafter switches: recapturing graphs costs seconds
         # On a GPU a whole prompt is one cheap forward (and a pass is cancellable between layers).
         self.prefill_chunk = PREFILL_CHUNK if verifier.device.type == "cpu" else None
+        self.pass_prompt_tokens = pass_prompt_tokens(verifier.model)
         self.decoder = SpeculativeDecoder(verifier.model, None, self.tokenizer, kv_factory=self._new_cache)
         self.heads = find_heads(verifier.name, verifier.model)  # trained Medusa heads, if any
         healing_vocabulary(self.tokenizer)  # built at load (~0.5 s for Qwen's), not in the first request
@@ -233,6 +234,7 @@ class CompletionEngine:
             max_new_tokens=max_new_tokens, sampling=sampling or SamplingParams(), seed=seed,
             max_draft_tokens=self.max_draft_tokens, eos_token_ids=self.stop_token_ids(),
             stop_strings=stop_strings, deadline=deadline, prefill_chunk=self.prefill_chunk,
+            pass_prompt_tokens=self.pass_prompt_tokens,
         )
         return self._run(prompt_ids, config, (), cancel, on_text)
 
@@ -265,6 +267,7 @@ class CompletionEngine:
             eos_token_ids=self.stop_token_ids(self.template.stop_tokens),
             stop_strings=stops_outside(stop_strings_for(request.suffix, multiline), prompt.healed),
             deadline=deadline, prefill_chunk=self.prefill_chunk,
+            pass_prompt_tokens=self.pass_prompt_tokens,
             # Token healing: the output first retypes the end of the text the prompt left out.
             constraint=healing_constraint(self.tokenizer, prompt.healed, self.verifier.model.config.vocab_size,
                                           current_line_parts(request.prefix, "")[0]) if self.heal else None,

@@ -57,6 +57,9 @@ class GenerationConfig:
     # Tokens per prefill forward, the grain at which a cold prefill can be cancelled. None:
     # one forward, as Hugging Face's generate does (in bf16 chunks round slightly differently).
     prefill_chunk: int | None = PREFILL_CHUNK
+    # The most prompt tokens the first pass feeds with its draft; a longer rest is prefilled
+    # first but its last token (None: no limit). int8 weights make long passes dear.
+    pass_prompt_tokens: int | None = None
     constraint: TokenConstraint | None = None  # applied to the verifier's logits (token healing)
 
 
@@ -181,10 +184,12 @@ class SpeculativeDecoder:
         return kept, token, draft
 
     def _prefill(self, tokens: list[int], config: GenerationConfig, should_stop, stats: DecodeStats) -> StopReason | None:
-        """Feed, in cancellable chunks, all the prompt the cache lacks but its last chunk, which
-        the first pass feeds together with a draft."""
+        """Feed, in cancellable chunks, all the prompt the cache lacks but its last chunk (or its
+        last token, past `pass_prompt_tokens`), which the first pass feeds together with a draft."""
         cached = self.kv.common_prefix(tokens)
         tail = min(len(tokens) - cached, config.prefill_chunk or len(tokens))
+        if config.pass_prompt_tokens is not None and tail > config.pass_prompt_tokens:
+            tail = 1
         done, fed = self.kv.feed_until(tokens, len(tokens) - max(tail, 1), should_stop, config.prefill_chunk)
         stats.prefill_tokens = fed + (len(tokens) - len(self.kv) if done else 0)  # the first pass feeds the rest
         stats.reused_tokens = len(self.kv) - fed

@@ -10,7 +10,8 @@ from engine.decoder import GenerationConfig, SpeculativeDecoder
 from engine.drafters import DrafterConfig, make_drafter
 from engine.errors import ModelError
 from engine.models.loading import load_model, parse_precision
-from engine.models.quantize import Int8Linear, WeightChoice, float_weights, quantize_int8
+from engine.models.quantize import (PASS_PROMPT_TOKENS, Int8Linear, WeightChoice, float_weights,
+                                    pass_prompt_tokens, quantize_int8)
 
 
 def linear(in_features: int, out_features: int, dtype: torch.dtype, bias: bool = False) -> torch.nn.Linear:
@@ -96,11 +97,33 @@ def test_speculative_decoding_on_the_quantized_model_is_exact(tiny_model_dir, dr
     in passes of several rows, the two paths of the int8 kernel."""
     loaded = load_model(str(tiny_model_dir), dtype="float32", device="cpu")
     quantize_int8(loaded.model)
-    prompt = loaded.tokenizer("def add(a, b):\n    return a + b\n", add_special_tokens=False)["input_ids"]
-    config = GenerationConfig(max_new_tokens=40, max_draft_tokens=5)
+    prompt = loaded.tokenizer("def add(a, b):\n    return a + b\n" * 3, add_special_tokens=False)["input_ids"]
+    assert len(prompt) > PASS_PROMPT_TOKENS  # read as the engine reads it: float chunks, then int8 passes
+    config = GenerationConfig(max_new_tokens=40, max_draft_tokens=5, pass_prompt_tokens=pass_prompt_tokens(loaded.model))
     with torch.inference_mode():
         plain = SpeculativeDecoder(loaded.model, None).generate(prompt, config)
         drafts = make_drafter(drafter, loaded.model, DrafterConfig(max_draft_tokens=5), verifier=loaded.model)
         speculative = SpeculativeDecoder(loaded.model, drafts).generate(prompt, config)
     assert speculative.token_ids == plain.token_ids
     assert speculative.stats.accepted > len(plain.token_ids) // 2
+
+
+def test_a_long_prompt_rest_is_prefilled_and_the_first_pass_feeds_its_last_token(tiny_model_dir):
+    loaded = load_model(str(tiny_model_dir), dtype="float32", device="cpu")
+    assert pass_prompt_tokens(loaded.model) is None  # float weights: the first pass feeds the whole rest
+    quantize_int8(loaded.model)
+    assert pass_prompt_tokens(loaded.model) == PASS_PROMPT_TOKENS
+    forwards = []  # (tokens fed, read with the float weights)
+    choice = loaded.model.int8_weight_choice
+    loaded.model.model.register_forward_pre_hook(
+        lambda module, args, kwargs: forwards.append((kwargs["input_ids"].shape[1], choice.float_weights)),
+        with_kwargs=True)
+    decoder = SpeculativeDecoder(loaded.model, None)
+    with torch.inference_mode():
+        for tail in (PASS_PROMPT_TOKENS, PASS_PROMPT_TOKENS + 1):
+            forwards.clear()
+            decoder.kv.crop(0)
+            config = GenerationConfig(max_new_tokens=1, prefill_chunk=None, pass_prompt_tokens=PASS_PROMPT_TOKENS)
+            decoder.generate(list(range(5, 5 + tail)), config)
+            expected = [(tail, False)] if tail <= PASS_PROMPT_TOKENS else [(tail - 1, True), (1, False)]
+            assert forwards == expected

@@ -176,6 +176,7 @@ def run_quickdraft(bench: EngineBench, mode: str, prompt: Prompt, max_new_tokens
 
     from engine.decoder import GenerationConfig, SpeculativeDecoder
     from engine.drafters import make_drafter
+    from engine.models.quantize import pass_prompt_tokens
 
     name, drafter_config = bench.drafter_for(mode)
     draft_model = bench.draft.model if bench.draft is not None else None
@@ -185,7 +186,8 @@ def run_quickdraft(bench: EngineBench, mode: str, prompt: Prompt, max_new_tokens
     # The prompt in one forward, as HF's generate reads it: in bf16 a chunked prefill rounds
     # differently, and the first token would already differ for reasons unrelated to decoding.
     config = GenerationConfig(max_new_tokens=max_new_tokens, max_draft_tokens=drafter_config.max_draft_tokens,
-                              eos_token_ids=bench.eos_ids, prefill_chunk=None)
+                              eos_token_ids=bench.eos_ids, prefill_chunk=None,
+                              pass_prompt_tokens=pass_prompt_tokens(bench.verifier.model))
     # The draft model's first forward reads the prompt, as the assistant's does in HF assisted.
     draft_probe = ForwardProbe(bench.draft.model) if bench.draft is not None else None
     try:

@@ -22,6 +22,9 @@ import torch
 INPUT_MULTIPLE = 64
 # It reads the weights once per this many rows: a pass of up to this many tokens costs one read.
 ROWS_PER_READ = 4
+# A first pass that would feed more prompt tokens than this (with its draft) costs more weight
+# reads than prefilling them with the float weights first: see `pass_prompt_tokens`.
+PASS_PROMPT_TOKENS = 16
 QUANTIZE_ROWS = 2048  # rows quantized at a time at load: a block stays in cache (30× faster than whole)
 
 
@@ -94,3 +97,8 @@ def float_weights(model: torch.nn.Module) -> Iterator[None]:
         yield
     finally:
         choice.float_weights = False
+
+
+def pass_prompt_tokens(model: torch.nn.Module) -> int | None:
+    """GenerationConfig.pass_prompt_tokens for this model: a limit with int8 weights, else none."""
+    return PASS_PROMPT_TOKENS if getattr(model, "int8_weight_choice", None) is not None else None
