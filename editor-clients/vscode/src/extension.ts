@@ -11,6 +11,7 @@ import {
 } from 'vscode-languageclient/node';
 import { CURSOR_NOTIFICATION, CursorReporter, cursorParams } from './cursor';
 import { Debouncer } from './debounce';
+import { READY_NOTIFICATION, readyMatches, TRIGGER_COMMAND } from './ready';
 import { isLanguageDisabled, readSettings, resolveServerCommand, serverOptionsFrom, Settings } from './settings';
 import { ServerStatus, statsReport, statsSummary, statusText } from './stats';
 
@@ -98,6 +99,7 @@ function buildClient(): LanguageClient {
   created.onNotification('quickdraft/status', (status: ServerStatus) => {
     if (client === created) setStatus(status);
   });
+  created.onNotification(READY_NOTIFICATION, (params: unknown) => onCompletionReady(created, params));
   return created;
 }
 
@@ -119,6 +121,28 @@ function refreshAcceptance(): void {
       }
     }, () => undefined);
   }, wait);
+}
+
+let readyTriggers = 0; // inline suggestions re-triggered by quickdraft/completionReady (for tests)
+
+/** The server has the answer for (uri, version, position) now: if the user is still there, ask
+ *  again (VS Code then calls our provider with an Invoke trigger, which is not debounced). */
+function onCompletionReady(from: LanguageClient, params: unknown): void {
+  try {
+    if (client !== from || !settings.enable) return;
+    const editor = vscode.window.activeTextEditor;
+    if (!editor || isLanguageDisabled(settings, editor.document.languageId)) return;
+    const state = {
+      uri: from.code2ProtocolConverter.asUri(editor.document.uri),
+      version: editor.document.version,
+      selections: editor.selections.map((s) => ({ line: s.active.line, character: s.active.character, empty: s.isEmpty })),
+    };
+    if (!readyMatches(params, state)) return;
+    readyTriggers += 1;
+    void Promise.resolve(vscode.commands.executeCommand(TRIGGER_COMMAND)).catch(() => undefined);
+  } catch {
+    // A notification must never break the extension.
+  }
 }
 
 function currentClientRunning(): boolean {
@@ -207,7 +231,7 @@ async function onConfigurationChanged(event: vscode.ConfigurationChangeEvent): P
   }
 }
 
-export async function activate(context: vscode.ExtensionContext): Promise<{ client: () => LanguageClient | undefined }> {
+export async function activate(context: vscode.ExtensionContext): Promise<{ client: () => LanguageClient | undefined; readyTriggers: () => number }> {
   extensionPath = context.extensionPath;
   settings = readSettings(vscode.workspace.getConfiguration(SECTION));
   statusItem = vscode.window.createStatusBarItem('quickdraft.status', vscode.StatusBarAlignment.Right, 100);
@@ -226,7 +250,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<{ clie
   );
   await startClient();
   // Returned to other extensions and to the tests.
-  return { client: () => client };
+  return { client: () => client, readyTriggers: () => readyTriggers };
 }
 
 export async function deactivate(): Promise<void> {

@@ -11,6 +11,7 @@ const settings = require(path.join(lib, 'settings.js'));
 const stats = require(path.join(lib, 'stats.js'));
 const { Debouncer } = require(path.join(lib, 'debounce.js'));
 const cursor = require(path.join(lib, 'cursor.js'));
+const ready = require(path.join(lib, 'ready.js'));
 
 function config(values) {
   return { get: (key, fallback) => (key in values ? values[key] : fallback) };
@@ -103,4 +104,48 @@ test('cursor reports: debounced, once per position, dropped on cancel', async ()
   await new Promise((r) => setTimeout(r, 80));
   assert.equal(sent.length, 2, 'after forgetting (a new server), the position is sent again');
   assert.deepEqual(cursor.cursorParams(at(7, 2)), { textDocument: { uri: 'file:///a.py' }, position: { line: 7, character: 2 } });
+});
+
+test('completionReady: asks again only where the user still is', () => {
+  const uri = 'file:///work/sp%20ace/main.py';
+  const params = (over = {}) => ({ textDocument: { uri, version: 7 }, position: { line: 3, character: 5 }, ...over });
+  const editor = (over = {}) => ({ uri, version: 7, selections: [{ line: 3, character: 5, empty: true }], ...over });
+  assert.equal(ready.READY_NOTIFICATION, 'quickdraft/completionReady');
+  assert.equal(ready.TRIGGER_COMMAND, 'editor.action.inlineSuggest.trigger');
+  assert.equal(ready.readyMatches(params(), editor()), true);
+  // The same document spelled another way (percent-encoding, scheme case) is the same document.
+  assert.equal(ready.readyMatches(params({ textDocument: { uri: 'FILE:///work/sp ace/main.py', version: 7 } }), editor()), true);
+  assert.equal(ready.readyMatches(params(), editor({ version: 8 })), false, 'the document changed since');
+  assert.equal(ready.readyMatches(params({ textDocument: { uri, version: 6 } }), editor()), false, 'an older version');
+  assert.equal(ready.readyMatches(params(), editor({ selections: [{ line: 3, character: 6, empty: true }] })), false, 'the cursor moved');
+  assert.equal(ready.readyMatches(params(), editor({ selections: [{ line: 4, character: 5, empty: true }] })), false, 'another line');
+  assert.equal(ready.readyMatches(params(), editor({ selections: [{ line: 3, character: 5, empty: false }] })), false, 'a selection');
+  assert.equal(ready.readyMatches(params(), editor({ selections: [{ line: 3, character: 5, empty: true }, { line: 9, character: 0, empty: true }] })),
+    false, 'several cursors');
+  assert.equal(ready.readyMatches(params(), editor({ selections: [] })), false);
+  assert.equal(ready.readyMatches(params(), editor({ uri: 'file:///work/other.py' })), false, 'another document');
+  assert.equal(ready.readyMatches(params(), undefined), false, 'no active editor');
+});
+
+test('completionReady: malformed params are ignored, never thrown', () => {
+  const uri = 'file:///a.py';
+  const editor = { uri, version: 1, selections: [{ line: 0, character: 0, empty: true }] };
+  const bad = [
+    undefined, null, 0, 'x', [], {}, { textDocument: null }, { textDocument: { uri }, position: { line: 0, character: 0 } },
+    { textDocument: { uri, version: '1' }, position: { line: 0, character: 0 } },
+    { textDocument: { uri, version: 1.5 }, position: { line: 0, character: 0 } },
+    { textDocument: { uri: 42, version: 1 }, position: { line: 0, character: 0 } },
+    { textDocument: { uri: '', version: 1 }, position: { line: 0, character: 0 } },
+    { textDocument: { uri, version: 1 } },
+    { textDocument: { uri, version: 1 }, position: null },
+    { textDocument: { uri, version: 1 }, position: { line: -1, character: 0 } },
+    { textDocument: { uri, version: 1 }, position: { line: 0, character: NaN } },
+    { textDocument: { uri, version: 1 }, position: { line: '0', character: 0 } },
+    { textDocument: { uri: 'file:///%E0%A4%A', version: 1 }, position: { line: 0, character: 0 } }, // a broken escape
+  ];
+  for (const params of bad) {
+    assert.doesNotThrow(() => ready.readyMatches(params, editor), JSON.stringify(params));
+    assert.equal(ready.readyMatches(params, editor), false, JSON.stringify(params));
+  }
+  assert.equal(ready.readyMatches({ textDocument: { uri, version: 1 }, position: { line: 0, character: 0 } }, editor), true);
 });
