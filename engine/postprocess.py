@@ -36,18 +36,19 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from engine.languages import BRACE_CONTINUATION, CONTINUATION
 from engine.range_correction import PostprocessedCompletion, correct_range
 from engine.syntax import (
     INDENT_LANGUAGES,
     NEAR_CHARS,
     current_line_parts,
-    first_that_parses,
     indent_width,
     line_opens_block,
     lines_below,
     only_closers,
     scope_end,
 )
+from engine.syntax_check import first_that_parses
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,8 @@ def drop_unfinished_line(text: str, ctx: Context) -> str:
         return text
     lines = text.split("\n")[:-1]
     while len(lines) > 1 and line_opens_block(lines[-1], ctx.language):
-        lines.pop()
+        if lines.pop().strip() == "{" and len(lines) > 1 and not lines[-1].rstrip().endswith((";", "}", "{")):
+            lines.pop()  # a brace on a line of its own: its header (`if (x)`, `void f()`) goes with it
     return "\n".join(lines)
 
 
@@ -257,11 +259,13 @@ def drop_repeated_lines(text: str, ctx: Context) -> str:
 
 
 def _continues_block(line: str, language: str | None) -> bool:
-    """``} else {``, ``else:``, ``elif x:``, ``except E:`` continue the same statement."""
+    """``} else {``, ``else:``, ``elif x:``, ``except E:`` continue the same statement; in brace
+    languages so do ``else``/``catch`` on a line of their own and ``case 1:`` at the switch's
+    indentation (engine/languages.py)."""
     s = line.strip()
-    if language in INDENT_LANGUAGES or language is None:
-        if re.match(r"(elif\b.*|else|except\b.*|finally|case\b.*):$", s):
-            return True
+    pattern = CONTINUATION.get(language or "python", BRACE_CONTINUATION)
+    if re.fullmatch(pattern, s):
+        return True
     return s[:1] in ")]}" and line_opens_block(s, language)
 
 

@@ -1,70 +1,33 @@
 """Syntax around the cursor: language detection, tree-sitter parsers, single- vs multi-line.
 
 Parsers come from the per-language grammar wheels (tree-sitter-python, -javascript,
--typescript, -go, -rust), which work offline. Only a window of text around the cursor is
+-typescript, -go, -rust, -java, -c, -cpp, -c-sharp; engine/languages.py says which language
+uses which), which work offline. Only a window of text around the cursor is
 parsed, so a 5 MB document costs the same as a small one. Languages without a grammar
 fall back to indentation and bracket heuristics.
 """
 
 from __future__ import annotations
 
-import ast
 import functools
 import importlib
 import logging
 import os
 import re
 import threading
-import warnings
 from dataclasses import dataclass
-from typing import Sequence
+from engine.languages import (
+    BLOCK_TYPES,
+    EXTENSIONS,
+    GRAMMARS,
+    INDENT_LANGUAGES,
+    LANGUAGE_IDS,
+    LINE_COMMENT,
+    SPLIT_DECLARATION_LANGUAGES,
+    STRINGISH,
+)
 
 log = logging.getLogger(__name__)
-
-# LSP languageId → our language name. Names with a grammar are listed in _GRAMMARS.
-_LANGUAGE_IDS = {
-    "python": "python",
-    "javascript": "javascript",
-    "javascriptreact": "javascript",  # the JS grammar parses JSX
-    "typescript": "typescript",
-    "typescriptreact": "tsx",
-    "tsx": "tsx",
-    "go": "go",
-    "rust": "rust",
-}
-_EXTENSIONS = {
-    ".py": "python", ".pyi": "python", ".pyw": "python",
-    ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript", ".jsx": "javascript",
-    ".ts": "typescript", ".mts": "typescript", ".cts": "typescript",
-    ".tsx": "tsx",
-    ".go": "go",
-    ".rs": "rust",
-    ".c": "c", ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".hpp": "cpp", ".java": "java",
-    ".kt": "kotlin", ".cs": "csharp", ".rb": "ruby", ".lua": "lua", ".sh": "shellscript",
-    ".swift": "swift", ".scala": "scala", ".php": "php",
-}
-# language → (module, function returning the grammar's language pointer)
-_GRAMMARS = {
-    "python": ("tree_sitter_python", "language"),
-    "javascript": ("tree_sitter_javascript", "language"),
-    "typescript": ("tree_sitter_typescript", "language_typescript"),
-    "tsx": ("tree_sitter_typescript", "language_tsx"),
-    "go": ("tree_sitter_go", "language"),
-    "rust": ("tree_sitter_rust", "language"),
-}
-# Languages whose blocks are delimited by indentation rather than braces.
-INDENT_LANGUAGES = {"python"}
-
-# Node types that hold a block body: the scope a multi-line completion stays inside.
-BLOCK_TYPES = {
-    "python": {"block"},
-    "javascript": {"statement_block", "class_body", "switch_body", "object"},
-    "typescript": {"statement_block", "class_body", "switch_body", "object", "interface_body", "enum_body", "object_type"},
-    "tsx": {"statement_block", "class_body", "switch_body", "object", "interface_body", "enum_body", "object_type"},
-    "go": {"block", "field_declaration_list", "method_spec_list", "literal_value", "expression_switch_statement",
-           "type_switch_statement", "select_statement"},
-    "rust": {"block", "declaration_list", "field_declaration_list", "match_block", "enum_variant_list"},
-}
 
 # How much text around the cursor gets parsed.
 WINDOW_PREFIX_CHARS = 32_000
@@ -81,9 +44,9 @@ def language_from(language_id: str | None, path: str | None) -> str | None:
     """Our language name from an LSP languageId (preferred) or the file extension."""
     if language_id:
         lid = language_id.strip().lower()
-        return _LANGUAGE_IDS.get(lid, lid or None)
+        return LANGUAGE_IDS.get(lid, lid or None)
     if path:
-        return _EXTENSIONS.get(os.path.splitext(path)[1].lower())
+        return EXTENSIONS.get(os.path.splitext(path)[1].lower())
     return None
 
 
@@ -91,14 +54,14 @@ def language_from(language_id: str | None, path: str | None) -> str | None:
 def _language(language: str):
     import tree_sitter
 
-    module, func = _GRAMMARS[language]
+    module, func = GRAMMARS[language]
     return tree_sitter.Language(getattr(importlib.import_module(module), func)())
 
 
 @functools.cache
 def get_parser(language: str | None):
     """A cached tree-sitter parser, or None when there is no grammar for ``language``."""
-    if language not in _GRAMMARS:
+    if language not in GRAMMARS:
         return None
     try:
         import tree_sitter
@@ -167,16 +130,31 @@ def only_closers(text: str) -> bool:
     return all(c in _CLOSERS or c.isspace() for c in text)
 
 
-def window_start(prefix: str, max_chars: int = WINDOW_PREFIX_CHARS) -> int:
+def _clean_boundary(text: str, line_start: int, language: str | None) -> bool:
+    """Does the line starting at ``line_start`` begin a top-level construct? It is unindented and
+    no closer; in languages whose declarations span top-level lines, it is no lone ``{`` and the
+    line above it ended what it was (``;``, a bracket, a directive or comment, or nothing)."""
+    ch = text[line_start : line_start + 1]
+    if not ch or ch.isspace() or ch in ")]}":
+        return False
+    if language not in SPLIT_DECLARATION_LANGUAGES:
+        return True
+    if ch == "{":
+        return False
+    if line_start == 0:
+        return True
+    above = text[text.rfind("\n", 0, line_start - 1) + 1 : line_start - 1].strip()
+    return not above or above.endswith((";", "}", "{", "*/")) or above.startswith(("#", "//"))
+
+
+def window_start(prefix: str, max_chars: int = WINDOW_PREFIX_CHARS, language: str | None = None) -> int:
     """Where to start parsing: a top-level (unindented) line not too far above the cursor."""
     lo = max(0, len(prefix) - max_chars)
     pos = prefix.rfind("\n", lo, len(prefix))
     while pos > lo:
-        line_start = pos + 1
         # A top-level line (no indent, not a closer) is a clean place to start parsing.
-        ch = prefix[line_start : line_start + 1]
-        if ch and not ch.isspace() and ch not in ")]}":
-            return line_start
+        if _clean_boundary(prefix, pos + 1, language):
+            return pos + 1
         pos = prefix.rfind("\n", lo, pos)
     if lo == 0:
         return 0
@@ -184,7 +162,7 @@ def window_start(prefix: str, max_chars: int = WINDOW_PREFIX_CHARS) -> int:
     return nl + 1 if nl != -1 else lo
 
 
-def window_end(suffix: str, max_chars: int = WINDOW_SUFFIX_CHARS) -> tuple[int, bool]:
+def window_end(suffix: str, max_chars: int = WINDOW_SUFFIX_CHARS, language: str | None = None) -> tuple[int, bool]:
     """Where to stop parsing after the cursor, and whether that is a clean place: the first
     top-level line below the cursor's (the construct the cursor is in is whole before it, and
     what is wrong further down is none of its business), else the end of the text; without
@@ -193,7 +171,7 @@ def window_end(suffix: str, max_chars: int = WINDOW_SUFFIX_CHARS) -> tuple[int, 
     pos = suffix.find("\n", 0, max_chars)
     while pos != -1 and pos + 1 < max_chars:
         ch = suffix[pos + 1 : pos + 2]
-        if ch and not ch.isspace() and ch not in ")]}":
+        if ch and not ch.isspace() and ch not in ")]}" and not (ch == "{" and language in SPLIT_DECLARATION_LANGUAGES):
             return pos + 1, True
         pos = suffix.find("\n", pos + 1, max_chars)
     if len(suffix) <= max_chars:
@@ -204,7 +182,7 @@ def window_end(suffix: str, max_chars: int = WINDOW_SUFFIX_CHARS) -> tuple[int, 
 
 def _strip_line_comment(line: str, language: str | None) -> str:
     # Naive (ignores strings); only used to see the last code token of a line.
-    marker = "#" if language in INDENT_LANGUAGES or language in {"ruby", "shellscript"} else "//"
+    marker = LINE_COMMENT.get(language, "//")
     idx = line.find(marker)
     return line[:idx] if idx != -1 else line
 
@@ -231,9 +209,6 @@ def _quote_open(line_before: str) -> bool:
 
 # -- tree-sitter helpers ----------------------------------------------------------------
 
-_STRINGISH = ("string", "comment", "template", "char_literal", "raw_string", "heredoc")
-
-
 @dataclass
 class _Window:
     text: str
@@ -247,7 +222,7 @@ class _Window:
 def _parse_window(prefix: str, suffix: str, language: str | None) -> _Window | None:
     if get_parser(language) is None:
         return None
-    start = window_start(prefix)
+    start = window_start(prefix, language=language)
     text = prefix[start:] + suffix[:WINDOW_SUFFIX_CHARS]
     tree = parse(language, text)
     return _Window(text, len(prefix) - start, tree) if tree is not None else None
@@ -260,7 +235,7 @@ def _inside_string_or_comment(win: _Window) -> bool:
     node = win.tree.root_node.descendant_for_byte_range(cur - 1, cur)
     while node is not None:
         t = node.type
-        if any(s in t for s in _STRINGISH):
+        if any(s in t for s in STRINGISH):
             text = node.text.decode("utf-8", "replace") if node.text else ""
             line_comment = "comment" in t and text.startswith(("//", "#", "--"))
             if node.start_byte < cur < node.end_byte or (line_comment and node.start_byte < cur <= node.end_byte):
@@ -291,109 +266,6 @@ def _last_token_opens_block(win: _Window, language: str) -> bool | None:
     return False
 
 
-@dataclass(frozen=True)
-class SyntaxErrors:
-    count: int  # tree-sitter's ERROR and MISSING nodes
-    first_row: int | None  # row (0-based) of the first error of any kind
-    broken_rows: tuple[int, ...]  # rows of text tree-sitter could not parse (its ERROR nodes), sorted
-    compiler_row: int | None = None  # Python: the row of the compiler's first error (None: it compiles)
-
-
-def syntax_errors(language: str | None, text: str) -> SyntaxErrors | None:
-    """What the parser could not make sense of in ``text`` (None without a grammar)."""
-    tree = parse(language, text)
-    if tree is None:
-        return None
-    count, missing, broken = 0, [], []
-    stack = [tree.root_node] if tree.root_node.has_error else []
-    while stack:
-        node = stack.pop()
-        if node.type == "ERROR" or node.is_missing:
-            count += 1
-            (missing if node.is_missing else broken).append(node.start_point[0])
-        stack.extend(child for child in node.children if child.has_error or child.is_missing)
-    compiler_row = first_python_error(text) if language == "python" else None
-    rows = missing + broken + ([compiler_row] if compiler_row is not None else [])
-    return SyntaxErrors(count, min(rows) if rows else None, tuple(sorted(broken)), compiler_row)
-
-
-def first_python_error(text: str) -> int | None:
-    """Row (0-based) of the first error Python's own compiler finds in ``text`` (None: it compiles).
-
-    Tree-sitter accepts what CPython does not, such as a block header with nothing indented
-    under it."""
-    try:
-        with warnings.catch_warnings():  # invalid escapes and the like warn; they still compile
-            warnings.simplefilter("ignore")
-            compile(text, "<window>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
-    except SyntaxError as error:
-        return max(0, (error.lineno or 1) - 1)
-    except (ValueError, RecursionError, MemoryError):  # null bytes, absurd nesting
-        return 0
-    return None
-
-
-CUT_ROWS = 5  # errors this close to where the window cuts the text may be the cut's own
-
-
-def _body_to_come(before: str, after: str, language: str | None) -> str:
-    """A stand-in body for a Python block header that ends the completion at the end of its
-    block (nothing below at its indentation): the user types that body next, so its absence
-    is no error. A header above a statement at its own indentation gets none: that statement
-    would be its body, which is wrong code."""
-    if language not in INDENT_LANGUAGES:
-        return ""
-    header = before[before.rfind("\n") + 1:]
-    rest, _, below = after.partition("\n")
-    if rest.strip() or not line_opens_block(header, language):
-        return ""
-    following = next((line for line in below.split("\n") if line.strip()), None)
-    if following is not None and indent_width(following) >= indent_width(header):
-        return ""
-    return "\n" + header[: len(header) - len(header.lstrip())] + "    pass"
-
-
-def first_that_parses(prefix: str, suffix: str, language: str | None,
-                      splices: Sequence[tuple[str, int]]) -> int | None:
-    """Index of the first splice ``(text, replace_after)`` that, put in at the cursor (replacing
-    that many characters after it), adds no syntax error; None when every one does. Without a
-    grammar every splice passes (0).
-
-    A splice adds an error when, against the text without it, it leaves more error nodes or
-    an error earlier than the first one there was. And when the cursor's line is whole but
-    the code below it does not parse without the splice (the line that opens or continues its
-    brackets is missing), the splice must repair that: its first error, if any, comes after.
-    (Below a broken cursor line, errors may be that line's echo: a header the user is still
-    typing leaves its body missing, which the next keystrokes fill.) Only a window around the
-    cursor is parsed (`decide_multiline`'s), so a 5 MB file costs the same as a small one."""
-    if get_parser(language) is None:
-        return 0
-    head = prefix[window_start(prefix):]
-    end, clean = window_end(suffix)
-    tail = suffix[:end]
-    cursor_row = head.count("\n")
-    before = syntax_errors(language, head + tail)
-    if before is None:
-        return 0
-    # Code below an intact cursor line that does not parse without the splice needs it to
-    # (tree-sitter's verdict: Python's compiler also objects to a `try:` still missing its
-    # `except`, which the user may be about to type).
-    first = before.first_row
-    last_row = (head + tail).count("\n") - (-1 if clean else CUT_ROWS)
-    needs_repair = first is not None and cursor_row < first < last_row and first in before.broken_rows
-    for i, (text, replace_after) in enumerate(splices):
-        text += _body_to_come(head + text, tail[replace_after:], language)
-        after = syntax_errors(language, head + text + tail[replace_after:])
-        if after is None or after.first_row is None:
-            return i
-        if first is None or after.count > before.count:
-            continue
-        moved = first + text.count("\n") if first > cursor_row else first  # where that row is now
-        if after.first_row > moved or (after.first_row == moved and not needs_repair):
-            return i
-    return None
-
-
 # -- single- vs multi-line ------------------------------------------------------------------
 
 
@@ -421,6 +293,11 @@ def decide_multiline(prefix: str, suffix: str, language: str | None) -> bool:
             verdict = _last_token_opens_block(win, language)
             if verdict is not None:
                 return verdict
+            # The tree has no opinion (an error around the cursor): a `{` inside a string the
+            # user is typing (`$"{name} {`) opens no block. Apostrophes are left out: Rust's
+            # lifetimes and English in comments are no strings.
+            if _quote_open(line_before.replace("'", "")):
+                return False
         return line_opens_block(line_before, language)
 
     # Blank line: multi-line only inside an empty block / body.
@@ -457,7 +334,7 @@ def scope_end(prefix: str, completion: str, suffix: str, language: str | None) -
     stripped = completion.lstrip()
     if not stripped:
         return None
-    start = window_start(prefix)
+    start = window_start(prefix, language=language)
     head = prefix[start:]
     text = head + completion + suffix[:WINDOW_SUFFIX_CHARS]
     tree = parse(language, text)

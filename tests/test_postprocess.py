@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.syntax import first_that_parses
+from engine.syntax_check import first_that_parses
 from engine.postprocess import (
     FILTERS,
     Context,

@@ -19,7 +19,16 @@ from engine.syntax import decide_multiline, get_parser, language_from, scope_end
         (None, "x/a.mjs", "javascript"),
         (None, "x/a.ts", "typescript"),
         (None, "x/A.PY", "python"),
-        ("java", "A.java", "java"),  # no grammar, but the language is still known
+        ("java", "A.java", "java"),
+        ("cpp", "a.h", "cpp"),  # the languageId wins over the extension
+        ("csharp", None, "csharp"),
+        ("C", None, "c"),
+        (None, "src/Main.java", "java"),
+        (None, "lib/zlib.h", "c"),
+        (None, "src/vec.cc", "cpp"),
+        (None, "include/vec.HPP", "cpp"),
+        (None, "App/Program.cs", "csharp"),
+        ("kotlin", "A.kt", "kotlin"),  # no grammar, but the language is still known
         (None, "notes.txt", None),
         (None, None, None),
     ],
@@ -28,7 +37,8 @@ def test_language_from(language_id, path, expected):
     assert language_from(language_id, path) == expected
 
 
-@pytest.mark.parametrize("language", ["python", "javascript", "typescript", "tsx", "go", "rust"])
+@pytest.mark.parametrize("language", ["python", "javascript", "typescript", "tsx", "go", "rust", "java", "c", "cpp",
+                                      "csharp"])
 def test_parsers_are_cached_and_parse(language):
     parser = get_parser(language)
     assert parser is not None and get_parser(language) is parser
@@ -85,12 +95,39 @@ MULTILINE_TABLE = [
     ("impl Foo {\n    ", "\n}", "rust", True),
     ("    let v = vec![", "];", "rust", False),
     ("    // TODO {", "", "rust", False),
-    # No grammar: indentation/bracket heuristics
-    ("fn main() {", "}", None, True),
-    ("def f():", "", None, True),
+    # Java
+    ("    public int size() {", "\n    }", "java", True),
     ("void f() {\n  ", "\n}", "java", True),
     ("foo(", ")", "java", False),
     ('print("{', '")', "java", False),
+    ("    int[] xs = {", "};", "java", True),  # an array initializer is a block of lines
+    ("    // see {", "", "java", False),
+    ("    /** Returns {@code", "\n     */", "java", False),  # inside a Javadoc comment
+    ("    char c = '{", "';", "java", False),
+    # C
+    ("int main(void) {", "\n}", "c", True),
+    ("static int\nadd(int a, int b)\n{\n\t", "\n}\n", "c", True),  # a brace on its own line, empty body
+    ("struct point {", "\n};", "c", True),
+    ('\tprintf("%d {', '\\n", x);', "c", False),
+    ("\tif (x) {\n\t\ty = 1;\n\t", "\n\treturn y;\n}", "c", False),  # inside a body that has code
+    # C++
+    ("namespace util {", "\n}", "cpp", True),
+    ("class Stack {\n  ", "\n};", "cpp", True),
+    ("class Stack {\n public:\n  int size() const {", "}\n};", "cpp", True),
+    ("  std::vector<int> v = {", "};", "cpp", True),
+    ('  auto s = R"(raw {', ')";', "cpp", False),
+    ("  auto f = [](int x) {", "};", "cpp", True),
+    # C#
+    ("    public void Run()\n    {\n        ", "\n    }", "csharp", True),  # Allman braces
+    ("    public int Count { get", "; }", "csharp", False),
+    ('        var s = $"{name} {', '}";', "csharp", False),  # inside an interpolated string
+    ("namespace App\n{", "\n}", "csharp", True),
+    # No grammar: indentation/bracket heuristics
+    ("fn main() {", "}", None, True),
+    ("def f():", "", None, True),
+    ("fun f() {\n  ", "\n}", "kotlin", True),
+    ("foo(", ")", "kotlin", False),
+    ('print("{', '")', "kotlin", False),
 ]
 
 
@@ -131,6 +168,42 @@ def test_window_start_is_a_top_level_line(prefix, expected_line):
         assert prefix[start:].startswith(expected_line)
 
 
+@pytest.mark.parametrize(
+    "prefix, language, expected_line",
+    [
+        # GNU/BSD C: the return type on the line above the name, the brace on its own line.
+        ("#include <stdio.h>\n\nstatic int\nadd(int a, int b)\n{\n\treturn ", "c", "static int"),
+        ("int x;\nint\nmain(void)\n{\n\t", "c", "int\nmain"),
+        # C#: `{` under `namespace App` is not where the namespace starts.
+        ("using System;\n\nnamespace App\n{\n    class A\n    {\n        void F()\n        {\n            ", "csharp",
+         "namespace App"),
+        # Rust: a `where` clause at column 0 belongs to the impl above it.
+        ("impl<T> Show for Wrap<T>\nwhere\n    T: Debug,\n{\n    fn show(&self) {\n        ", "rust", "impl<T>"),
+        # C++: a namespace whose contents are not indented still starts a clean window.
+        ("namespace util {\n\nint twice(int x) {\n  return ", "cpp", "int twice"),
+        # Python keeps the nearest top-level line.
+        ("a = 1\ndef f():\n    x = 1\n    y", "python", "def f():"),
+    ],
+)
+def test_window_start_skips_split_declarations(prefix, language, expected_line):
+    assert prefix[window_start(prefix, language=language):].startswith(expected_line)
+    tree = syntax.parse(language, prefix[window_start(prefix, language=language):] + "x;\n}\n}\n")
+    assert tree.root_node.child_count > 0
+
+
+@pytest.mark.parametrize(
+    "suffix, language, expected_rest",
+    [
+        ("\n{\n\treturn 0;\n}\n\nstatic void\nnext(void)\n", "c", "static void"),  # not the body's `{`
+        ("\n    return 0;\n}\n\nfn next() {}\n", "rust", "fn next"),
+        ("\n{\n  a = 1\n}\nb = 2\n", None, "{"),  # without the rule: the first top-level line
+    ],
+)
+def test_window_end_skips_a_brace_on_its_own_line(suffix, language, expected_rest):
+    end, clean = syntax.window_end(suffix, language=language)
+    assert clean and suffix[end:].startswith(expected_rest)
+
+
 # (prefix, completion, suffix, language, expected end offset in completion or None)
 SCOPE_TABLE = [
     # leaves the function body: the dedented def ends it
@@ -142,6 +215,14 @@ SCOPE_TABLE = [
     ("function f() {\n  ", "a();\n}\nfunction g() {}", "\n}\n", "javascript", len("a();\n}")),
     ("func main() {\n\t", "x := 1\n}\n\nfunc other() {}", "", "go", len("x := 1\n}")),
     ("fn main() {\n    ", "let x = 1;\n}\n\nfn other() {}", "", "rust", len("let x = 1;\n}")),
+    ("class A {\n    int f() {\n        ", "return 1;\n    }\n\n    int g() {\n        return 2;\n    }", "\n}\n",
+     "java", len("return 1;\n    }")),
+    ("int\nmain(void)\n{\n\t", "return 0;\n}\n\nint\nother(void)\n{\n}", "", "c", len("return 0;\n}")),
+    ("namespace n {\nint f() {\n  ", "return 1;\n}\nint g() { return 2; }", "\n}  // namespace n\n", "cpp",
+     len("return 1;\n}")),
+    ("class A\n{\n    void F()\n    {\n        ", "G();\n    }\n\n    void H()\n    {\n    }", "\n}\n", "csharp",
+     len("G();\n    }")),
+    ("enum Color {\n  ", "RED,\n  GREEN\n};\nint x;", "", "c", len("RED,\n  GREEN\n}")),
     # the brace below is the suffix's: the block ends after the completion
     ("function f() {\n  ", "a();\n  b();", "\n}\n", "typescript", len("a();\n  b();")),
     # top level: no block to leave → no opinion
@@ -171,7 +252,8 @@ snippet = st.lists(
     st.sampled_from(list("ab_(){}[]:;=,.'\"`#/ \t\n") + ["def ", "if x:", "fn ", "func ", "    ", "\n}", "é"]),
     max_size=60,
 ).map("".join)
-languages = st.sampled_from(["python", "javascript", "typescript", "tsx", "go", "rust", "java", None])
+languages = st.sampled_from(["python", "javascript", "typescript", "tsx", "go", "rust", "java", "c", "cpp", "csharp",
+                             None])
 
 
 @settings(max_examples=200, deadline=None)

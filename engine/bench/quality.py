@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Callable, Sequence
 
 from engine.bench.quality_holes import DEFAULT_LANGUAGES, QUALITY_KINDS, QualityHole
-from engine.syntax import syntax_errors
+from engine.syntax_check import syntax_errors
 
 log = logging.getLogger(__name__)
 
