@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 QD     := $(VENV)/bin/quickdraft
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup models clients llama-server demo test test-fast clean
+.PHONY: setup models clients vsix llama-server demo test test-fast clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -22,11 +22,18 @@ models: setup
 clients: setup
 	bash editor-clients/setup.sh
 
+# The VS Code extension alone (clients also builds the test editors): needs Node.js 20 and npm.
+vsix:
+	cd editor-clients/vscode && npm ci --no-progress --loglevel=error && npm run --silent package
+
 # llama.cpp's llama-server for the remote-backend tests: built once per machine, then cached.
 llama-server: setup
 	bash tests/support/build_llama_server.sh
 
-demo: models
+# The demo runs what an editor gets here, so it pulls only those models (the 0.5B alone on a
+# CPU); `models` pulls the pair, which the tests need.
+demo: setup
+	$(QD) models pull
 	$(QD) demo
 
 test: models clients llama-server

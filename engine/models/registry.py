@@ -10,6 +10,9 @@ verified step; `remove` frees everything.
 
 from __future__ import annotations
 
+import datetime as _dt
+import hashlib
+import json
 import logging
 import time
 from dataclasses import asdict, dataclass, field
@@ -193,7 +196,54 @@ def _verify_one(preset: Preset, home: Path) -> VerifyReport:
             problems.append(f"config or tokenizer does not load: {type(error).__name__}: {error}")
     if problems:
         problems.append(f"to repair: quickdraft models pull --force {preset.name}")
+    else:
+        _write_stamp(preset, home)
     return VerifyReport(preset.name, path, not problems, problems, files, checked)
+
+
+# A verified stamp lets `quickdraft doctor` say "verified" without hashing gigabytes on every run:
+# it records when every file last matched its sha256, and each file's size and mtime then.
+
+
+def _stamp_path(name: str, home: Path) -> Path:
+    return home / "verified" / f"{name}.json"
+
+
+def _file_states(preset: Preset, home: Path) -> dict | None:
+    """Size and mtime of the installed files, the manifest's hash and the kept GGUF's; None when not installed."""
+    path = store.installed_path(preset.name, home)
+    if path is None:
+        return None
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    if preset.pypi is not None and (store.sources_dir(preset.name, home) / preset.pypi.filename).is_file():
+        files.append(store.sources_dir(preset.name, home) / preset.pypi.filename)
+    return {"manifest_sha256": hashlib.sha256((path / store.MANIFEST).read_bytes()).hexdigest(),
+            "files": {str(f): [f.stat().st_size, f.stat().st_mtime_ns] for f in files}}
+
+
+def _write_stamp(preset: Preset, home: Path) -> None:
+    states = _file_states(preset, home)
+    if states is None:
+        return
+    stamp = _stamp_path(preset.name, home)
+    try:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(json.dumps({**states, "verified": _dt.datetime.now().astimezone().isoformat(timespec="seconds")}))
+    except OSError as error:  # a read-only cache still verifies; it only hashes again next time
+        log.debug("cannot write %s: %s", stamp, error)
+
+
+def verified_at(name: str, home: Path | None = None) -> str | None:
+    """When `name` last passed `verify`, if no file changed since (by size and mtime); else None."""
+    home = home or store.quickdraft_home()
+    try:
+        stamp = json.loads(_stamp_path(name, home).read_text())
+        states = _file_states(presets.get_preset(name), home)
+    except (OSError, ValueError, ModelError):
+        return None
+    if states is None or {k: stamp.get(k) for k in states} != states:
+        return None
+    return stamp.get("verified")
 
 
 def remove(name: str, home: Path | None = None) -> list[tuple[str, int]]:
@@ -204,7 +254,7 @@ def remove(name: str, home: Path | None = None) -> list[tuple[str, int]]:
         with disk.locked(member, home):
             targets = [store.model_dir(member, home), store.sources_dir(member, home),
                        *store.models_dir(home).glob(f".{member}.tmp-*"), *store.models_dir(home).glob(f".{member}.old-*"),
-                       store.models_dir(home) / f".{member}.hub-partial"]
+                       store.models_dir(home) / f".{member}.hub-partial", _stamp_path(member, home)]
             size = sum(disk.dir_size(t) if t.is_dir() else (t.stat().st_size if t.exists() else 0) for t in targets)
             for target in targets:
                 disk.rmtree(target)

