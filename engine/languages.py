@@ -82,8 +82,8 @@ BLOCK_TYPES = {
 
 # Substrings of the node types of strings and comments (every grammar's names for them:
 # string_literal, raw_string_literal, interpolated_string_expression, char_literal,
-# character_literal, line_comment, block_comment, template_string, …).
-STRINGISH = ("string", "comment", "template", "char_literal", "character_literal", "heredoc")
+# character_literal, line_comment, block_comment, template_string, …; not C++'s template_declaration).
+STRINGISH = ("string", "comment", "template_string", "template_literal", "char_literal", "character_literal", "heredoc")
 
 # The line comment marker, for languages whose comments are not `//`.
 LINE_COMMENT = {"python": "#", "ruby": "#", "shellscript": "#"}
@@ -91,8 +91,8 @@ LINE_COMMENT = {"python": "#", "ruby": "#", "shellscript": "#"}
 # A line at a block header's own indentation that continues its statement rather than
 # ending it: Python's `elif`/`else:`/`except`, and in brace languages an `else` or `catch`
 # on a line of its own (Allman style) or a `case` label at the switch's indentation (Go, the
-# Linux kernel's C); `} else {` is recognised by its brackets.
+# Linux kernel's C), and the lone `{` of an Allman header; `} else {` is recognised by its brackets.
 CONTINUATION = {
     "python": r"(elif\b.*|else|except\b.*|finally|case\b.*):$",
 }
-BRACE_CONTINUATION = r"(else|catch|finally)\b.*|case\b.*:.*|default\s*:.*"
+BRACE_CONTINUATION = r"(else|catch|finally)\b.*|case\b.*:.*|default\s*:.*|\{"

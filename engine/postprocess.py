@@ -231,6 +231,9 @@ def trim_to_scope_by_indentation(text: str, ctx: Context) -> str:
             continue
         keep = i
         if language not in INDENT_LANGUAGES and line.lstrip()[:1] in ")]}":
+            after = next((ln for ln in lines[i + 1:] if ln.strip()), "")
+            if opened and width == base == indent_width(after) and _continues_block(after, language):
+                continue  # `}` then `else` on the next line: the statement goes on
             keep = i + 1  # the closer of the block we were in: keep it, stop after
         return "\n".join(lines[:keep])[len(line_before) :]
     return text

@@ -148,9 +148,23 @@ def _clean_boundary(text: str, line_start: int, language: str | None) -> bool:
 
 
 def window_start(prefix: str, max_chars: int = WINDOW_PREFIX_CHARS, language: str | None = None) -> int:
-    """Where to start parsing: a top-level (unindented) line not too far above the cursor."""
+    """Where to start parsing: a top-level (unindented) line not too far above the cursor.
+
+    In languages whose blocks may leave their body unindented (a C++ ``namespace util {``),
+    a top-level line inside such a block is no start: the window would end with its closing
+    brace unmatched. The window starts at the outermost such block still open above."""
     lo = max(0, len(prefix) - max_chars)
-    pos = prefix.rfind("\n", lo, len(prefix))
+    start = _clean_line_above(prefix, len(prefix), lo, language)
+    if language in SPLIT_DECLARATION_LANGUAGES:
+        opener = _unclosed_opener(prefix, lo, start)
+        if opener is not None:
+            start = _clean_line_above(prefix, opener, lo, language)
+    return start
+
+
+def _clean_line_above(prefix: str, end: int, lo: int, language: str | None) -> int:
+    """The start of the nearest clean top-level line that starts at or before ``end`` (after ``lo``)."""
+    pos = prefix.rfind("\n", lo, end)
     while pos > lo:
         # A top-level line (no indent, not a closer) is a clean place to start parsing.
         if _clean_boundary(prefix, pos + 1, language):
@@ -160,6 +174,25 @@ def window_start(prefix: str, max_chars: int = WINDOW_PREFIX_CHARS, language: st
         return 0
     nl = prefix.find("\n", lo)
     return nl + 1 if nl != -1 else lo
+
+
+def _unclosed_opener(prefix: str, lo: int, start: int) -> int | None:
+    """Where the outermost unindented line that opens a brace block between ``lo`` and ``start``
+    begins, if no unindented closer below it closes it before ``start``; None when all are closed."""
+    openers: list[int] = []
+    pos = lo if lo == 0 else prefix.find("\n", lo, start) + 1 or start  # whole lines only
+    while pos < start:
+        end = prefix.find("\n", pos, start)
+        end = start if end == -1 else end
+        line = prefix[pos:end]
+        if line[:1] == "}":
+            if openers:
+                openers.pop()
+        elif line[:1] and not line[:1].isspace() and not line.startswith(("#", "//", "/*", "*")):
+            if _strip_line_comment(line, None).rstrip().endswith("{"):
+                openers.append(pos)
+        pos = end + 1
+    return openers[0] if openers else None
 
 
 def window_end(suffix: str, max_chars: int = WINDOW_SUFFIX_CHARS, language: str | None = None) -> tuple[int, bool]:

@@ -1,7 +1,7 @@
 """Post-processing: one table per filter, the whole chain in golden files, then properties.
 
 Every filter is called as the chain calls it, ``(text, Context)``. The chain's cases live in
-tests/golden/postprocess/*.txt: a header (language, multiline, replaces, cut_short), the document with
+tests/golden/postprocess/*.txt: a header (language, multiline, replaces, cut_short, ended), the document with
 ``║`` at the cursor, the raw completion and what the editor shows.
 """
 
@@ -83,6 +83,9 @@ def test_drop_unfinished_line():
     assert drop_unfinished_line("x = 1\n    if x:\n        y", cut) == "x = 1"  # the header's body was cut
     finished = Context("def f():\n    ", "\n", "python", multiline=True)
     assert drop_unfinished_line("x = 1\n    y = 2", finished) == "x = 1\n    y = 2"
+    allman = Context("void F()\n{\n    ", "\n}", "csharp", multiline=True, cut_short=True)
+    assert drop_unfinished_line("a();\n    if (x)\n    {\n        b", allman) == "a();"  # the header goes with its `{`
+    assert drop_unfinished_line("a();\n    b();\n    {\n        c", allman) == "a();\n    b();"  # a bare block
     single = Context("x = ", "\n", "python", multiline=False, cut_short=True)
     assert drop_unfinished_line("f(a,\nb", single) == "f(a,\nb"
 
@@ -182,6 +185,13 @@ INDENT_SCOPE_TABLE = [
     ("\n\tx := 1\n}\n\nfunc g() {}", "func f() {", "go", "\n\tx := 1\n}"),
     ("\n    let x = 1;\n}\nfn g() {}", "fn f() {", "rust", "\n    let x = 1;\n}"),
     ("\n    let x = 1;\n}\nfn g() {}", "fn f() {", None, "\n    let x = 1;\n}"),
+    # brace languages: `case` at the switch's indentation (Go, Linux C) and Allman `else` continue it
+    ("\n\tcase 1:\n\t\treturn a\n\tdefault:\n\t\treturn b\n\t}\n\tx++", "\tswitch n {", "go",
+     "\n\tcase 1:\n\t\treturn a\n\tdefault:\n\t\treturn b\n\t}"),
+    ("\n        a();\n    }\n    else\n    {\n        b();\n    }\n    c();", "    if (x) {", "csharp",
+     "\n        a();\n    }\n    else\n    {\n        b();\n    }"),
+    ("\n  a();\n}\nexport default f;", "function f() {", "javascript", "\n  a();\n}"),
+    ("\n  a();\n}\ncatch_all();", "try {", "java", "\n  a();\n}"),  # a word that starts like `catch` is not one
     ("x = 1\ny = 2", "", "python", "x = 1\ny = 2"),  # top level: nothing to leave
     ("\n\n", "x", "python", "\n\n"),
 ]
@@ -203,6 +213,10 @@ TREE_SCOPE_TABLE = [
     ("def f():\n    ", "x = 1\n    return x", "", "python", "x = 1\n    return x"),
     ("x = 1\n", "y = 2\nz = 3", "", "python", "y = 2\nz = 3"),  # top level
     ("fn f() {\n    ", "let x = 1;\n}\nfn g() {}", "", None, "let x = 1;\n}"),  # no grammar: indentation
+    ("class A {\n  int f() {\n    ", "return 1;\n  }\n  int g() {}", "\n}\n", "java", "return 1;\n  }"),
+    ("int\nmain(void)\n{\n\t", "return 0;\n}\n\nint other;", "", "c", "return 0;\n}"),
+    ("template <typename T>\nT twice(T x) {\n  ", "return x + x;\n}\nint y;", "", "cpp", "return x + x;\n}"),
+    ("class A\n{\n    void F()\n    {\n        ", "G();\n    }\n    void H() { }", "\n}\n", "csharp", "G();\n    }"),
 ]
 
 
@@ -302,7 +316,7 @@ def load_golden(path: Path) -> dict:
     ``=== completion`` and ``=== shown`` sections. A section is taken verbatim, less the
     newline before the next ``===`` line (so a section ending in a newline has a blank line)."""
     head, *sections = path.read_text(encoding="utf-8").split("\n=== ")
-    case = {"replaces": "0", "cut_short": "false"}
+    case = {"replaces": "0", "cut_short": "false", "ended": "false"}
     for line in head.splitlines():
         if line.strip() and not line.startswith("#"):
             key, _, value = line.partition(":")
@@ -315,7 +329,7 @@ def load_golden(path: Path) -> dict:
     language = None if case["language"] == "none" else case["language"]
     return dict(prefix=prefix, suffix=suffix, language=language, multiline=case["multiline"] == "true",
                 completion=case["completion"], shown=case["shown"], replaces=int(case["replaces"]),
-                cut_short=case["cut_short"] == "true")
+                cut_short=case["cut_short"] == "true", ended=case["ended"] == "true")
 
 
 GOLDEN_CASES = sorted(GOLDEN.glob("*.txt"))
@@ -323,14 +337,14 @@ GOLDEN_CASES = sorted(GOLDEN.glob("*.txt"))
 
 def test_there_are_golden_cases_for_every_language():
     languages = {load_golden(p)["language"] for p in GOLDEN_CASES}
-    assert {"python", "javascript", "typescript", "go", "rust"} <= languages
+    assert {"python", "javascript", "typescript", "go", "rust", "java", "c", "cpp", "csharp"} <= languages
 
 
 @pytest.mark.parametrize("path", GOLDEN_CASES, ids=[p.stem for p in GOLDEN_CASES])
 def test_postprocess_golden(path):
     case = load_golden(path)
     got = postprocess(case["completion"], prefix=case["prefix"], suffix=case["suffix"], language=case["language"],
-                      multiline=case["multiline"], cut_short=case["cut_short"])
+                      multiline=case["multiline"], cut_short=case["cut_short"], ended=case["ended"])
     trace = run_filters(case["completion"], Context(case["prefix"], case["suffix"], case["language"], case["multiline"],
                                                     case["cut_short"]))
     steps = "\n".join(f"  {name}: {text!r}" for name, text in trace)
@@ -422,7 +436,7 @@ snippet = st.lists(
     completion=snippet,
     prefix=snippet,
     suffix=snippet,
-    language=st.sampled_from(["python", "javascript", "typescript", "go", "rust", None]),
+    language=st.sampled_from(["python", "javascript", "typescript", "go", "rust", "java", "c", "cpp", "csharp", None]),
     multiline=st.booleans(),
     ended=st.booleans(),
 )

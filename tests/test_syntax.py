@@ -179,8 +179,11 @@ def test_window_start_is_a_top_level_line(prefix, expected_line):
          "namespace App"),
         # Rust: a `where` clause at column 0 belongs to the impl above it.
         ("impl<T> Show for Wrap<T>\nwhere\n    T: Debug,\n{\n    fn show(&self) {\n        ", "rust", "impl<T>"),
-        # C++: a namespace whose contents are not indented still starts a clean window.
-        ("namespace util {\n\nint twice(int x) {\n  return ", "cpp", "int twice"),
+        # C++: a namespace whose contents are not indented: the window starts at the namespace,
+        # or its closing brace below would be unmatched.
+        ("#include <x>\n\nnamespace util {\n\nint twice(int x) {\n  return ", "cpp", "namespace util {"),
+        ("namespace a {\nint x;\n}  // namespace a\n\nint twice(int x) {\n  return ", "cpp", "int twice"),
+        ('extern "C" {\n\nstatic int\ntwice(int x)\n{\n\treturn ', "c", 'extern "C" {'),
         # Python keeps the nearest top-level line.
         ("a = 1\ndef f():\n    x = 1\n    y", "python", "def f():"),
     ],
