@@ -113,41 +113,100 @@ class Editor:
         self.nv.input(keys.replace("<", "<lt>").replace("\n", "<CR>"))
 
 
-@pytest.fixture(scope="module", params=sorted(NVIMS))
-def editor(request, tmp_path_factory, quickdraft_bin, editor_model_dir):
-    binary = NVIMS[request.param]
+def lua_value(value) -> str:
+    """A Python value as a Lua literal (strings, numbers, booleans, lists, dicts)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, (list, tuple)):
+        return "{ " + ", ".join(lua_value(v) for v in value) + " }"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {lua_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(value)
+
+
+# What a user writes in settings: the tiny random model (float32, its own dtype, deterministic),
+# a generous budget and few tokens so that completions never depend on how busy the machine is.
+def user_settings(model_dir: Path, **overrides) -> dict:
+    return {"verifier": str(model_dir), "draft": "none", "drafter": "lookup", "dtype": "float32",
+            "budgetMs": 20000, "maxNewTokens": 12, **overrides}
+
+
+def start_editor(version: str, tmp: Path, quickdraft_bin: Path, model_dir: Path, **settings) -> Editor:
+    """A headless Neovim set up the way a user's plugin manager does it, in a fresh home:
+
+    - 0.7.2 with packer.nvim's layout: the plugin directory linked into a start package
+      (`site/pack/packer/start/quickdraft`), `require('quickdraft').setup{...}` in the config;
+    - 0.11.4 with lazy.nvim's: `{ dir = ".../editor-clients/neovim", opts = {...} }` puts the
+      directory on 'runtimepath' and calls `require('quickdraft').setup(opts)`.
+
+    The user's init.lua is read from $XDG_CONFIG_HOME (no -u), `quickdraft` is found on PATH
+    (the venv's bin, as after activating it), and `setup` gets only the model settings.
+    """
+    binary = NVIMS[version]
     if not binary or not os.access(binary, os.X_OK):
-        pytest.fail(f"Neovim {request.param} not found at {binary}; {SETUP_HINT}")
-    tmp = tmp_path_factory.mktemp(f"nvim-{request.param}")
-    init = tmp / "init.lua"
-    # float32: the tiny model's own dtype, deterministic; a generous budget and few tokens so
-    # that completions never depend on how busy this machine is.
-    cmd = [str(quickdraft_bin), "serve", "--verifier", str(editor_model_dir), "--draft", "none", "--drafter", "lookup",
-           "--dtype", "float32", "--budget-ms", "20000", "--max-new-tokens", "12"]
-    init.write_text(
-        f"vim.opt.runtimepath:prepend({str(NEOVIM_DIR)!r})\n"
+        pytest.fail(f"Neovim {version} not found at {binary}; {SETUP_HINT}")
+    config, data = tmp / "config" / "nvim", tmp / "data"
+    config.mkdir(parents=True)
+    if version == "0.7.2":
+        start = data / "nvim" / "site" / "pack" / "packer" / "start"
+        start.mkdir(parents=True)
+        (start / "quickdraft").symlink_to(NEOVIM_DIR, target_is_directory=True)
+        load = "-- packer.nvim: use { '<checkout>/editor-clients/neovim', as = 'quickdraft', config = ... }\n"
+    else:
+        load = ("-- lazy.nvim: { dir = '<checkout>/editor-clients/neovim', name = 'quickdraft', opts = {...} }\n"
+                f"vim.opt.runtimepath:prepend({lua_value(str(NEOVIM_DIR))})\n")
+    (config / "init.lua").write_text(
         "vim.opt.swapfile = false\n"
         "vim.opt.expandtab = false\n"
         "vim.opt.autoindent = false\n"  # the test types its own indentation
         "vim.cmd('filetype indent off')\n"
         "vim.opt.shortmess:append('F')\n"
         "vim.opt.cmdheight = 10\n"  # messages of :QuickdraftStats fit without a hit-enter prompt
-        f"require('quickdraft').setup({{ cmd = {{ {', '.join(repr(c) for c in cmd)} }}, debounce_ms = 150 }})\n"
+        + load
+        + f"require('quickdraft').setup({{ settings = {lua_value(user_settings(model_dir, **settings))} }})\n"
     )
-    nvim = pynvim.attach("child", argv=[binary, "--embed", "--headless", "-n", "-i", "NONE", "-u", str(init)])
+    env = {
+        "XDG_CONFIG_HOME": tmp / "config", "XDG_DATA_HOME": data, "XDG_STATE_HOME": tmp / "state",
+        "XDG_CACHE_HOME": tmp / "cache", "PATH": f"{quickdraft_bin.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    argv = ["env", *(f"{k}={v}" for k, v in env.items()), binary, "--embed", "--headless", "-n", "-i", "NONE"]
+    nvim = pynvim.attach("child", argv=argv)
     nvim.api.ui_attach(100, 30, {"ext_linegrid": True})
-    version = nvim.lua.vim.version()
-    assert f"{version['major']}.{version['minor']}.{version['patch']}" == request.param
+    v = nvim.lua.vim.version()
+    assert f"{v['major']}.{v['minor']}.{v['patch']}" == version
     ed = Editor(nvim, tmp)
-    ed.version = request.param
+    ed.version = version
     ed.open()
     wait_until(lambda: (ed.lua("return require('quickdraft').status") or {}).get("state") == "ready",
                "quickdraft/status ready (models loaded)", timeout=180)
+    return ed
+
+
+@pytest.fixture(scope="module", params=sorted(NVIMS))
+def editor(request, tmp_path_factory, quickdraft_bin, editor_model_dir):
+    ed = start_editor(request.param, tmp_path_factory.mktemp(f"nvim-{request.param}"), quickdraft_bin, editor_model_dir)
     yield ed
     try:
-        nvim.close()
+        ed.nv.close()
     except Exception:
         pass
+
+
+def test_installed_the_way_a_plugin_manager_does_it(editor, quickdraft_bin):
+    """The plugin came from the packer/lazy layout and found `quickdraft` on PATH by itself."""
+    assert editor.lua("return require('quickdraft').server_cmd()") == ["quickdraft", "serve"]
+    assert editor.nv.funcs.exepath("quickdraft") == str(quickdraft_bin)
+    source = editor.lua("return debug.getinfo(require('quickdraft').setup, 'S').source")
+    if editor.version == "0.7.2":
+        assert "/site/pack/packer/start/quickdraft/lua/quickdraft/init.lua" in source, source
+    else:
+        assert source.endswith(str(NEOVIM_DIR / "lua" / "quickdraft" / "init.lua")), source
+    # setup{} with no options at all is valid: the defaults.
+    assert editor.lua("return vim.deepcopy(require('quickdraft').defaults).cmd") is None
 
 
 def test_control_characters_are_displayed_as_caret_notation(editor):
@@ -345,3 +404,167 @@ def test_cursor_moves_are_reported_where_they_rest_and_the_server_warms_there(ed
         assert sent()[-1]["position"] == {"line": 79, "character": 0}
     finally:
         editor.lua("if _G.qd_plain_notify then require('quickdraft.compat').notify = _G.qd_plain_notify end")
+
+
+def test_non_ascii_before_the_cursor_is_counted_in_the_negotiated_encoding(editor):
+    """0.7 talks UTF-16 to the server; 0.11 offers UTF-8 first and pygls takes it. Positions sent
+    (requests, cursor reports) and ranges received follow the client's encoding either way."""
+    encoding = editor.lua("return require('quickdraft.ghost').client_for(0).offset_encoding")
+    assert encoding == ("utf-16" if editor.version == "0.7.2" else "utf-8")
+    editor.open()
+    editor.lua(RECORD_REQUESTS)
+    try:
+        editor.nv.input("Go")
+        typed = "s = 'é😀'  # "
+        editor.type(typed)
+        ghost = editor.wait_ghost()
+        params = editor.lua("return _G.qd_requests[#_G.qd_requests]")
+        expected = {"utf-8": len(typed.encode()), "utf-16": len(typed.encode("utf-16-le")) // 2}[encoding]
+        assert params["position"]["character"] == expected, (params, encoding)
+        editor.nv.input("<Tab>")
+        wait_until(lambda: "\n".join(editor.lines()) == PREFIX + typed + ghost, "the accepted text")
+    finally:
+        editor.lua("if _G.qd_plain_request then require('quickdraft.compat').request = _G.qd_plain_request end")
+
+
+RECORD_REQUESTS = """
+local compat = require('quickdraft.compat')
+_G.qd_requests = {}
+_G.qd_plain_request = _G.qd_plain_request or compat.request
+compat.request = function(client, method, params, ...)
+  if method == 'textDocument/inlineCompletion' then
+    table.insert(_G.qd_requests, params)
+  end
+  return _G.qd_plain_request(client, method, params, ...)
+end
+"""
+
+# -- quickdraft/completionReady: ghost text follows when it is ready (issue 26) ---------------
+#
+# A server with a 1 ms budget answers every model request empty at its deadline, decodes on,
+# and then sends `quickdraft/completionReady` for (uri, version, position); the plugin asks
+# again when the user is still there and the server serves the kept answer (no model pass).
+
+READY = "quickdraft/completionReady"
+
+# Wraps the client's handler: records each notification (and whether ghost text was on screen
+# when it came) and passes it on, or, with _G.qd_ready_hold, keeps it for the test to replay.
+WATCH_READY = """
+local ghost = require('quickdraft.ghost')
+local client = vim.lsp.get_client_by_id(ghost.client_for(0).id)
+_G.qd_ready = {}
+_G.qd_ready_hold = ...
+_G.qd_ready_handler = _G.qd_ready_handler or client.handlers['quickdraft/completionReady']
+client.handlers['quickdraft/completionReady'] = function(err, params, ctx)
+  local marks = vim.api.nvim_buf_get_extmarks(0, ghost.ns, 0, -1, {})
+  table.insert(_G.qd_ready, { params = params, client_id = ctx.client_id, ghost_before = #marks > 0,
+    at = vim.loop.hrtime() / 1e6 })
+  if not _G.qd_ready_hold then
+    return _G.qd_ready_handler(err, params, ctx)
+  end
+end
+"""
+
+UNWATCH_READY = """
+if _G.qd_ready_handler then
+  local ghost = require('quickdraft.ghost')
+  vim.lsp.get_client_by_id(ghost.client_for(0).id).handlers['quickdraft/completionReady'] = _G.qd_ready_handler
+end
+"""
+
+
+@pytest.fixture(scope="module", params=sorted(NVIMS))
+def late(request, tmp_path_factory, quickdraft_bin, editor_model_dir):
+    """A Neovim whose server has a 1 ms budget: every model answer comes late."""
+    ed = start_editor(request.param, tmp_path_factory.mktemp(f"nvim-late-{request.param}"), quickdraft_bin,
+                      editor_model_dir, budgetMs=1)
+    yield ed
+    try:
+        ed.nv.close()
+    except Exception:
+        pass
+
+
+def ready_count(ed) -> int:
+    return ed.lua("return require('quickdraft.ghost').ready_count")
+
+
+def test_ready_notification_shows_ghost_text_without_a_keystroke(late):
+    text = PREFIX + "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(10))
+    late.open(text)
+    late.lua(WATCH_READY, False)
+    try:
+        before, asked_before = late.stats(), ready_count(late)
+        late.nv.input("14G")  # jump into the file
+        late.nv.input("o")
+        late.type(TYPED)  # the last keystroke
+        row, col = late.nv.api.win_get_cursor(0)
+        ghost = late.wait_ghost()
+        # It came through the notification: the answer to the typing was empty (no ghost text
+        # when the notification arrived), and the plugin asked again by itself.
+        notes = late.lua("return _G.qd_ready")
+        assert notes, "the server sent quickdraft/completionReady"
+        mine = [n for n in notes if n["params"]["position"] == {"line": row - 1, "character": col}]
+        assert mine, notes
+        assert not mine[0]["ghost_before"], "no ghost text before the notification"
+        assert mine[0]["params"]["textDocument"]["version"] == late.nv.eval("b:changedtick")
+        assert ready_count(late) == asked_before + 1
+        after = late.stats()
+        assert after["counts"].get("ready", 0) > before["counts"].get("ready", 0), after["counts"]
+        assert after["counts"].get("kept", 0) > before["counts"].get("kept", 0), "served from the kept answer"
+        # It is the real suggestion: Tab accepts it.
+        late.nv.input("<Tab>")
+        lines = text.split("\n")[:-1]  # the buffer's lines: the file's last newline ends the last one
+        expected = "\n".join(lines[:14] + (TYPED + ghost).split("\n") + lines[14:])
+        wait_until(lambda: "\n".join(late.lines()) == expected, "the accepted text")
+    finally:
+        late.lua(UNWATCH_READY)
+
+
+def test_ready_notification_is_ignored_unless_the_user_is_still_there(late):
+    """The server's real notification, held back and replayed after the user moved on."""
+    path = late.open()
+    late.lua(WATCH_READY, True)
+    on_ready = "return require('quickdraft.ghost').on_ready(...)"
+    try:
+        late.nv.input("Go")
+        late.type(TYPED)
+        note = wait_until(lambda: (late.lua("return _G.qd_ready") or [None])[-1], "the server's notification")
+        assert not late.marks(), "nothing shown before the notification is delivered"
+        params, client_id = note["params"], note["client_id"]
+        assert params["textDocument"]["uri"] == path.as_uri()
+        asked = ready_count(late)
+
+        # Unknown document.
+        elsewhere = {**params, "textDocument": {**params["textDocument"], "uri": "file:///nowhere/else.py"}}
+        assert late.lua(on_ready, elsewhere, client_id) is False
+        # Malformed params: ignored, never an error (also through the client's handler).
+        for bad in [None, [], {}, {"textDocument": params["textDocument"]}, {**params, "position": {"line": "x"}},
+                    {**params, "textDocument": {"uri": path.as_uri()}}]:
+            assert late.lua(on_ready, bad, client_id) is False, bad
+            late.lua("_G.qd_ready_handler(nil, ..., { client_id = select(2, ...) })", bad, client_id)
+        # The cursor moved away.
+        late.nv.input("<Left>")
+        assert late.lua(on_ready, params, client_id) is False
+        late.nv.input("<Right>")
+        time.sleep(0.3)
+        assert not late.marks() and ready_count(late) == asked
+        # Back where it was, the very same notification shows the ghost text (through the handler).
+        late.lua("_G.qd_ready_handler(nil, ..., { client_id = select(2, ...) })", params, client_id)
+        ghost = late.wait_ghost(timeout=20)
+        assert ghost and ready_count(late) == asked + 1
+        late.nv.input("<C-]>")
+        wait_until(lambda: not late.marks(), "the dismissal")
+        # The document changed since (a line added below the cursor: same position, new version).
+        late.nv.api.buf_set_lines(0, -1, -1, False, ["# later"])
+        assert late.nv.api.win_get_cursor(0)[0] - 1 == params["position"]["line"]
+        assert late.lua(on_ready, params, client_id) is False
+        late.lua("_G.qd_ready_handler(nil, ..., { client_id = select(2, ...) })", params, client_id)
+        time.sleep(0.3)
+        assert ready_count(late) == asked + 1, "no request for a changed version"
+        # Out of insert mode.
+        late.nv.input("<Esc>")
+        assert late.lua(on_ready, params, client_id) is False
+        assert late.nv.api.get_mode()["mode"] == "n" and not late.marks()
+    finally:
+        late.lua(UNWATCH_READY)

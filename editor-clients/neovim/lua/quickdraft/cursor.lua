@@ -32,7 +32,7 @@ function M.report(bufnr)
   end
   local row, col = unpack(api.nvim_win_get_cursor(0))
   local line = api.nvim_buf_get_lines(bufnr, row - 1, row, false)[1] or ''
-  local position = { line = row - 1, character = compat.utf16_index(line, col) }
+  local position = { line = row - 1, character = compat.lsp_index(line, col, client.offset_encoding) }
   local uri = vim.uri_from_bufnr(bufnr)
   local key = table.concat({ client.id, uri, position.line, position.character }, ':')
   if S.last == key then

@@ -204,7 +204,7 @@ function M.ghost_text()
   return at and at.ghost or nil
 end
 
-local function set_suggestion(bufnr, client_id, row, anchor_col, line, item)
+local function set_suggestion(bufnr, client_id, encoding, row, anchor_col, line, item)
   local text = item.insertText
   if type(text) == 'table' then
     text = text.value -- a snippet: inserted as plain text
@@ -217,8 +217,8 @@ local function set_suggestion(bufnr, client_id, row, anchor_col, line, item)
     if item.range.start.line ~= row or item.range['end'].line ~= row then
       return false
     end
-    start_col = compat.byte_index(line, item.range.start.character)
-    end_col = compat.byte_index(line, item.range['end'].character)
+    start_col = compat.lsp_byte_index(line, item.range.start.character, encoding)
+    end_col = compat.lsp_byte_index(line, item.range['end'].character, encoding)
   end
   local id
   local command = item.command
@@ -259,10 +259,10 @@ function M.request_now(bufnr, trigger_kind)
   local line = current_line(bufnr, row)
   local params = {
     textDocument = { uri = vim.uri_from_bufnr(bufnr) },
-    position = { line = row, character = compat.utf16_index(line, col) },
+    position = { line = row, character = compat.lsp_index(line, col, client.offset_encoding) },
     context = { triggerKind = trigger_kind or 2 },
   }
-  local client_id = client.id
+  local client_id, encoding = client.id, client.offset_encoding
   local ok, request_id = compat.request(client, 'textDocument/inlineCompletion', params, function(err, result)
     if my_seq ~= S.seq then
       return -- the user typed since: a newer request is on its way
@@ -279,7 +279,7 @@ function M.request_now(bufnr, trigger_kind)
     end
     for _, item in ipairs(items) do
       M.clear()
-      if set_suggestion(bufnr, client_id, row, col, line, item) and M.render() then
+      if set_suggestion(bufnr, client_id, encoding, row, col, line, item) and M.render() then
         return
       end
     end
@@ -288,6 +288,57 @@ function M.request_now(bufnr, trigger_kind)
     S.pending = { client_id = client_id, request_id = request_id }
   end
   return ok
+end
+
+--- Same document? URIs compared as file names (one spelling of a path), else as sent.
+local function same_document(bufnr, uri)
+  local mine = vim.uri_from_bufnr(bufnr)
+  if mine == uri then
+    return true
+  end
+  local ok_a, a = pcall(vim.uri_to_fname, mine)
+  local ok_b, b = pcall(vim.uri_to_fname, uri)
+  return ok_a and ok_b and a == b
+end
+
+M.ready_count = 0 -- completionReady notifications that led to a request (tests, debugging)
+
+--- `quickdraft/completionReady {textDocument: {uri, version}, position}`: the server answered
+--- a request late (empty at its deadline), kept decoding, and has the answer now. If the user
+--- is still there (insert mode, the current buffer, the version the LSP client last sent, the
+--- cursor at that position in the client's position encoding) ask again at once: the server
+--- serves the kept answer without a model pass. Anything else, malformed params included, is
+--- ignored. Returns true when it asked.
+function M.on_ready(params, client_id)
+  if type(params) ~= 'table' or type(params.textDocument) ~= 'table' or type(params.position) ~= 'table' then
+    return false
+  end
+  local uri, version = params.textDocument.uri, params.textDocument.version
+  local line, character = params.position.line, params.position.character
+  if type(uri) ~= 'string' or type(version) ~= 'number' or type(line) ~= 'number' or type(character) ~= 'number' then
+    return false
+  end
+  if not M.config.enabled() or not in_insert_mode() then
+    return false
+  end
+  local bufnr = api.nvim_get_current_buf()
+  local client = client_for(bufnr)
+  if not client or (client_id ~= nil and client.id ~= client_id) then
+    return false
+  end
+  if compat.buf_version(bufnr) ~= version or not same_document(bufnr, uri) then
+    return false
+  end
+  local row, col = cursor()
+  if row ~= line or compat.lsp_index(current_line(bufnr, row), col, client.offset_encoding) ~= character then
+    return false
+  end
+  stop_timer() -- a debounced request for this very spot would ask the same
+  if not M.request_now(bufnr, 2) then
+    return false
+  end
+  M.ready_count = M.ready_count + 1
+  return true
 end
 
 --- Debounced request after typing.

@@ -94,6 +94,23 @@ function M.statusline()
   return 'quickdraft: ' .. tostring(status.state)
 end
 
+--- quickdraft/completionReady: an answer the server finished after its deadline is ready; the
+--- renderer asks again when the user is still at that spot (ghost.on_ready). Neovim 0.12's
+--- built-in inline completion has no call to ask again: there the notification is ignored and
+--- the next keystroke shows the kept answer.
+local function on_completion_ready(_, params, ctx)
+  if M.builtin then
+    return
+  end
+  local client_id = type(ctx) == 'table' and ctx.client_id or nil
+  vim.schedule(function() -- out of the RPC callback: the check reads modes and windows
+    local ok, err = pcall(ghost.on_ready, params, client_id)
+    if not ok then
+      vim.notify('quickdraft: completionReady: ' .. tostring(err), vim.log.levels.DEBUG)
+    end
+  end)
+end
+
 local last_refresh = 0
 local refresh_pending = false
 
@@ -187,7 +204,7 @@ local function attach(bufnr)
     root_dir = M.config.root_dir or vim.fn.getcwd(),
     init_options = server_settings(),
     settings = { quickdraft = server_settings() },
-    handlers = { ['quickdraft/status'] = on_status },
+    handlers = { ['quickdraft/status'] = on_status, ['quickdraft/completionReady'] = on_completion_ready },
     on_init = function()
       cursor.reset() -- a new server: tell it where the cursor is, even if it was told before
       vim.schedule(function() cursor.moved(api.nvim_get_current_buf()) end)
