@@ -89,12 +89,17 @@ def test_binary_file_is_refused(tiny_model_dir, tmp_path):
     assert out.returncode == 2 and "binary" in out.stderr
 
 
-def test_demo_runs_through_the_server(tiny_model_dir):
-    out = quickdraft("demo", *tiny(tiny_model_dir), "--draft", "none", "--drafter", "lookup", "--holes", "2",
-                     "--budget-ms", "60000",
-                     "--max-new-tokens", "8")
+def test_demo_types_through_the_server(tiny_model_dir, tmp_path):
+    out = quickdraft("demo", *tiny(tiny_model_dir), "--draft", "none", "--drafter", "lookup", "--functions", "1",
+                     "--cps", "40", "--budget-ms", "2000", "--out", str(tmp_path))
     assert out.returncode == 0, out.stderr
-    assert out.stdout.count("file had:") == 2 and "requests · latency p50" in out.stdout
+    assert out.stdout.count("deleting this body") == 1
+    assert " model " in out.stdout  # at least one model answer printed as ghost text, with its latency
+    for line in ("cold start", "model answers", "within the 2000 ms budget", "characters per model answer", "accepted"):
+        assert line in out.stdout, line
+    result = json.loads((tmp_path / "session.json").read_text())
+    assert result["cold_ms"] > 0 and result["answered"] > 0
+    assert (tmp_path / "session-latency-cdf.png").is_file()
 
 
 def test_models_tiny_writes_a_loadable_model(tmp_path):

@@ -24,7 +24,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Protocol, Sequence
 
 from lsprotocol import types
 
@@ -36,6 +36,14 @@ from lsp_server.client import QuickdraftClient, position_after, serve_args
 log = logging.getLogger(__name__)
 
 BUDGET_MS_DEFAULT = 200.0  # the server's default; used when --budget-ms is not given
+
+
+class SessionPrinter(Protocol):
+    """What `quickdraft demo` shows while a session types; the benchmark has none."""
+
+    def hole(self, path: Path, hole: Hole) -> None: ...  # about to type this body
+
+    def answer(self, record: RequestRecord) -> None: ...  # answered; `record.server` is the server's record
 
 
 @dataclass
@@ -200,7 +208,10 @@ class Typist:
         record.within_budget = record.latency_ms <= session.budget_ms
         # The server's figures for this request, matched later by version; a task of its own so
         # the next key (which cancels this task) cannot cut it off.
-        session.stats_tasks.append(asyncio.ensure_future(session.client.stats()))
+        stats = asyncio.ensure_future(session.client.stats())
+        session.stats_tasks.append(stats)
+        if session.printer is not None:
+            stats.add_done_callback(lambda _: session.print_answer(record, self.uri))
 
     async def pause(self) -> None:
         """The user stops typing for a moment (or, if patient, until the suggestion arrives)."""
@@ -263,6 +274,13 @@ class SessionRun:
         self.bar = None
         self.status: dict = {}
         self.final_stats: dict = {}
+        self.printer: SessionPrinter | None = None
+        self.warm_up_ms: float | None = None  # the first completion after loading, on a cold cache
+        self.warm_up_server: dict | None = None  # the server's record of it
+
+    def print_answer(self, record: RequestRecord, uri: str) -> None:
+        record.server = self.client.server_records.get((uri, str(record.version)))
+        self.printer.answer(record)
 
     def serve_args(self) -> list[str]:
         c = self.config
@@ -296,6 +314,8 @@ class SessionRun:
                     version = 1
                     self.client.open(uri, text, version)
                     for index, hole in enumerate(holes):
+                        if self.printer is not None:
+                            self.printer.hole(path, hole)
                         version = await Typist(self, uri, hole, index).type_hole(version)
                     self.client.close(uri)
             self.bar = None
@@ -315,7 +335,11 @@ class SessionRun:
         # At the end of the file: a prompt unlike the measured ones, so their caches start cold.
         self.client.open(uri, text, 1)
         try:
+            sent = time.monotonic()
             await asyncio.wait_for(self.client.complete(uri, position_after(text)), self.config.settle_ms / 1000 * 2)
+            self.warm_up_ms = round((time.monotonic() - sent) * 1000, 2)
+            await self.client.stats()
+            self.warm_up_server = self.client.server_records.get((uri, "1"))
         except (asyncio.TimeoutError, Exception) as error:
             log.warning("warm-up request: %s", error)
         self.client.close(uri)
