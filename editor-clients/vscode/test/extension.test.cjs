@@ -184,6 +184,85 @@ test('where the cursor rests is sent once per rest, and the server warms its cac
   await waitFor(() => sentNotifications(CURSOR) - before === 2, 'a notification once warming is on again', 10000);
 });
 
+/** Notifications of `method` the language client has received so far (from its message trace). */
+function receivedNotifications(method) {
+  return T.state.outputChannels.flatMap((c) => c.lines)
+    .filter((line) => line.includes(`Received notification '${method}'`)).length;
+}
+
+test('completionReady: a late answer is asked for again only where the user still is', async () => {
+  const READY = 'quickdraft/completionReady';
+  // A 1 ms budget: every model answer comes empty at the deadline, the server decodes on and
+  // then sends the ready notification.
+  T.setSettings({ 'quickdraft.budgetMs': 1 });
+  const text = 'import os\n\n\ndef read_file(path):\n    with open(path) as f:\n        return f.read()  # ';
+  const docs = [];
+  const open = (name) => { const d = T.openDocument(path.join(workspace, name), 'python', text); docs.push(d); return d; };
+  // What VS Code does for editor.action.inlineSuggest.trigger: ask for the active editor's cursor (Invoke).
+  const triggered = [];
+  const command = vscode.commands.registerCommand('editor.action.inlineSuggest.trigger', async () => {
+    const editor = vscode.window.activeTextEditor;
+    const result = await T.inlineProviderFor(editor.document).provideInlineCompletionItems(editor.document,
+      editor.selection.active, { triggerKind: vscode.InlineCompletionTriggerKind.Invoke, selectedCompletionInfo: undefined },
+      h.token().token);
+    triggered.push({ uri: editor.document.uri.toString(), result });
+  });
+  /** Ask at the end of `doc` (the user's editor may be elsewhere) and wait for the server's ready notification. */
+  async function askLate(doc, afterSend = () => undefined) {
+    const received = receivedNotifications(READY);
+    const pending = complete(doc, endOf(doc));
+    afterSend();
+    const first = await pending;
+    assert.ok(!first || first.items.length === 0, 'answered at the deadline, empty');
+    await waitFor(() => receivedNotifications(READY) > received, 'the ready notification', 30000);
+    await sleep(200); // a trigger, if any, has run by now
+  }
+  try {
+    const kept = (await stats()).counts.kept ?? 0;
+    const triggers = ext.api.readyTriggers();
+
+    // The user is still there: VS Code is asked to show inline suggestions again, and the server
+    // answers from the kept answer.
+    const here = open('late.py');
+    T.showEditor(here, endOf(here));
+    await askLate(here);
+    assert.equal(triggered.length, 1, 'editor.action.inlineSuggest.trigger ran');
+    assert.equal(ext.api.readyTriggers(), triggers + 1);
+    const { result } = triggered[0];
+    assert.equal(triggered[0].uri, here.uri.toString());
+    assert.ok(result && result.items.length >= 1 && result.items[0].insertText.length > 0, 'the ghost text');
+    const after = await stats();
+    assert.ok((after.counts.kept ?? 0) > kept, `served from the kept answer: ${JSON.stringify(after.counts)}`);
+
+    // The cursor moved away (the editor shows the document, the cursor is elsewhere).
+    const moved = open('late-moved.py');
+    T.showEditor(moved, new vscode.Position(0, 0));
+    await askLate(moved);
+    // Another document: the notification is for one the user is not looking at.
+    const looked = open('late-looked-at.py');
+    const other = open('late-other.py');
+    T.showEditor(looked, endOf(looked));
+    await askLate(other);
+    // The document changed since (VS Code's version moved on; the server has not heard of it yet).
+    const changed = open('late-changed.py');
+    T.showEditor(changed, endOf(changed));
+    await askLate(changed, () => { changed.version += 1; });
+    // Several cursors.
+    const multi = open('late-multi.py');
+    const editor = T.showEditor(multi, endOf(multi));
+    editor.selections = [editor.selection, new vscode.Selection(new vscode.Position(0, 0), new vscode.Position(0, 0))];
+    await askLate(multi);
+
+    assert.equal(triggered.length, 1, 'no re-trigger for a moved cursor, another document, a new version or several cursors');
+    assert.equal(ext.api.readyTriggers(), triggers + 1);
+  } finally {
+    command.dispose();
+    T.setSettings({ 'quickdraft.budgetMs': 20000 });
+    T.showEditor(doc, endOf(doc));
+    for (const d of docs) T.closeDocument(d);
+  }
+});
+
 test('disabled languages are not sent to the server', async () => {
   T.setSettings({ 'quickdraft.disabledLanguages': ['markdown'] });
   const md = T.openDocument(path.join(workspace, 'notes.md'), 'markdown', '# Notes\n\nSome text ');
