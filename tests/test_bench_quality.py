@@ -98,3 +98,173 @@ def test_quick_run_on_a_tiny_model(tiny_model_dir, tmp_path, capsys):
         assert all(0 <= entry["all"][m] <= 1 for m in ("exact", "edit_similarity", "parses", "empty"))
     assert result["config"]["context_budget"]["suffix_tokens"] > 0
     assert "| quickdraft suffix=16 |" in capsys.readouterr().out
+
+
+# -- every language: discovery on a folder of our own, never on what this machine has --------------
+
+from engine.bench import quality_sources  # noqa: E402
+from engine.bench.corpus import midline_holes  # noqa: E402
+from engine.bench.quality import format_language_table  # noqa: E402
+from engine.bench.quality_holes import available_languages, resolve_languages  # noqa: E402
+from engine.bench.quality_sources import ALL_LANGUAGES, CPP_TEXT, REPO, Root, is_project_file, language_files  # noqa: E402
+
+# (file name, head, one function numbered {i}, tail): functions are added until a file is long enough.
+FUNCTIONS = {
+    "python": ("util.py", "import os\n\n\n", "def twice{i}(first, second):\n    y = first * 2\n"
+               "    total = compute(first, second, y)\n    return total + {i}\n\n\n", ""),
+    "javascript": ("util.js", "'use strict';\n\n", "function twice{i}(first, second) {{\n  const y = first * 2;\n"
+                   "  const total = compute(first, second, y);\n  return total + {i};\n}}\n\n", ""),
+    "typescript": ("util.ts", "import {{ compute }} from './compute';\n\n",
+                   "export function twice{i}(first: number, second: number): number {{\n  const y = first * 2;\n"
+                   "  const total = compute(first, second, y);\n  return total + {i};\n}}\n\n", ""),
+    "java": ("Util.java", "package demo;\n\npublic final class Util {{\n", "    static int twice{i}(int first, int second) {{\n"
+             "        int y = first * 2;\n        int total = compute(first, second, y);\n        return total + {i};\n"
+             "    }}\n\n", "}}\n"),
+    "c": ("util.c", "#include <stdio.h>\n\n", "static int\ntwice{i}(int first, int second)\n{{\n\tint y = first * 2;\n"
+          "\tint total = compute(first, second, y);\n\treturn total + {i};\n}}\n\n", ""),
+    "cpp": ("util.cc", "#include <vector>\n\nnamespace demo {{\n\n", "int twice{i}(int first, int second) {{\n"
+            "  int y = first * 2;\n  int total = compute(first, second, y);\n  return total + {i};\n}}\n\n",
+            "}}  // namespace demo\n"),
+    "csharp": ("Util.cs", "namespace Demo\n{{\n    public static class Util\n    {{\n",
+               "        public static int Twice{i}(int first, int second)\n        {{\n            var y = first * 2;\n"
+               "            var total = Compute(first, second, y);\n            return total + {i};\n        }}\n\n",
+               "    }}\n}}\n"),
+    "go": ("util.go", "package demo\n\n", "func twice{i}(first, second int) int {{\n\ty := first * 2\n"
+           "\ttotal := compute(first, second, y)\n\treturn total + {i}\n}}\n\n", ""),
+    "rust": ("util.rs", "use std::fmt;\n\n", "fn twice{i}(first: i32, second: i32) -> i32 {{\n    let y = first * 2;\n"
+             "    let total = compute(first, second, y);\n    total + {i}\n}}\n\n", ""),
+}
+
+
+def source_text(language: str, functions: int = 24) -> str:
+    _, head, function, tail = FUNCTIONS[language]
+    return head.format() + "".join(function.format(i=i) for i in range(functions)) + tail.format()
+
+
+VARIANTS = {"": 24, "b": 28, "c": 32}  # file name prefix → functions in the file
+
+
+def write(path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@pytest.fixture
+def source_tree(tmp_path):
+    """A machine in miniature: every language's sources where its roots say, and decoys."""
+    import zipfile
+
+    modules = tmp_path / "node_modules"
+    for prefix, functions in VARIANTS.items():  # three files each: one hole of each kind
+        for language in ("python", "go", "rust", "c", "cpp"):
+            write(tmp_path / language / "pkg" / (prefix + FUNCTIONS[language][0]), source_text(language, functions))
+        for language in ("javascript", "typescript"):
+            write(modules / "lib-a" / "src" / (prefix + FUNCTIONS[language][0]), source_text(language, functions))
+        # C# only where node_modules are entered
+        write(modules / "lib-a" / "node_modules" / "dep" / f"{prefix}Find.cs", source_text("csharp", functions))
+    write(modules / "dep-b" / "node_modules" / "x" / "deep.js", source_text("javascript"))  # JS does not go that deep
+    # Decoys: tests, minified, declarations, too short, C++ in a C folder.
+    write(tmp_path / "go" / "pkg" / "util_test.go", source_text("go"))
+    write(modules / "lib-a" / "node_modules" / "dep" / "deep.ts", source_text("typescript"))  # TS does not go that deep
+    write(tmp_path / "python" / "tests" / "helpers.py", source_text("python"))
+    write(modules / "lib-a" / "dist" / "util.min.js", source_text("javascript"))
+    write(modules / "lib-a" / "types" / "util.d.ts", source_text("typescript"))
+    write(modules / "lib-a" / "src" / "util.spec.ts", source_text("typescript"))
+    write(tmp_path / "rust" / "pkg" / "tiny.rs", "fn main() {}\n")
+    write(tmp_path / "c" / "pkg" / "vector.h", source_text("cpp"))
+    jdk = tmp_path / "jvm" / "jdk-25" / "lib"
+    jdk.mkdir(parents=True)
+    with zipfile.ZipFile(jdk / "src.zip", "w") as archive:
+        for prefix, functions in VARIANTS.items():
+            archive.writestr(f"java.base/demo/{prefix}Util.java", source_text("java", functions))
+        archive.writestr("java.base/demo/UtilTest.java", source_text("java"))
+        archive.writestr("java.base/test/demo/Other.java", source_text("java"))
+    roots = {
+        "python": (Root(str(tmp_path / "python"), (".py",)),),
+        "javascript": (Root(str(modules), (".js",)),),
+        "typescript": (Root(str(modules), (".ts",)),),
+        "java": (Root(str(tmp_path / "jvm" / "*" / "lib" / "src.zip"), (".java",)),),
+        "c": (Root(str(tmp_path / "c"), (".c", ".h"), reject=CPP_TEXT),),
+        "cpp": (Root(str(tmp_path / "cpp"), (".cc",)),),
+        "csharp": (Root(str(modules), (".cs",), nested_modules=True),),
+        "go": (Root(str(tmp_path / "go"), (".go",)),),
+        "rust": (Root(str(tmp_path / "rust"), (".rs",)), Root(str(tmp_path / "rust"), (".rs",))),  # twice: one copy
+    }
+    return tmp_path, roots
+
+
+def names(files) -> list[str]:
+    return sorted(f.name for f in files)
+
+
+def test_language_files_finds_each_language_and_skips_decoys(source_tree):
+    _, roots = source_tree
+    found = {language: names(language_files(language, 100, seed=0, roots=roots)) for language in ALL_LANGUAGES}
+    assert found == {language: sorted(prefix + FUNCTIONS[language][0] for prefix in VARIANTS)
+                     for language in ALL_LANGUAGES if language not in ("java", "csharp")} | {
+        "java": ["Util.java", "bUtil.java", "cUtil.java"], "csharp": ["Find.cs", "bFind.cs", "cFind.cs"]}
+    assert len(language_files("go", 1, seed=0, roots=roots)) == 1
+    assert names(language_files("go", 3, seed=1, roots=roots)) == found["go"]
+    with pytest.raises(ValueError, match="no source locations known for 'cobol'"):
+        language_files("cobol", 1, seed=0, roots=roots)
+
+
+def test_languages_all_and_those_available(source_tree):
+    _, roots = source_tree
+    assert resolve_languages(["python", "all", "go"]) == list(ALL_LANGUAGES)
+    assert available_languages(["all"], seed=0, roots=roots) == list(ALL_LANGUAGES)
+    assert available_languages(["all"], seed=0, roots={"go": roots["go"]}) == ["go"]  # no files: left out
+
+
+def test_holes_in_every_language_from_the_folder(source_tree):
+    _, roots = source_tree
+    holes = make_quality_holes(27, seed=0, languages=("all",), roots=roots)
+    by_language = {language: [h for h in holes if h.language == language] for language in ALL_LANGUAGES}
+    assert all(len(found) == 3 for found in by_language.values()), {k: len(v) for k, v in by_language.items()}
+    for language, found in by_language.items():
+        assert {h.kind for h in found} == set(QUALITY_KINDS), language
+        texts = {source_text(language, functions) for functions in VARIANTS.values()}
+        assert all(h.text in texts and h.middle.strip() for h in found), language
+        assert all(h.multiline == (h.kind == "multiline") for h in found)
+    java = by_language["java"][0]
+    assert "src.zip/java.base/demo/" in java.path and java.path.endswith("Util.java")
+    # Tab-indented lines (C, Go) are cut too; in a Python file a tab is mixed indentation.
+    def tabbed(path):
+        return [h for h in midline_holes(path, source_text("c")) if h.prefix.rsplit("\n", 1)[-1].startswith("\t")]
+    assert tabbed("util.c") and not tabbed("util.py")
+
+
+def test_the_projects_own_files_are_never_corpus():
+    assert is_project_file(REPO / "tests" / "golden" / "postprocess" / "go-function-body.txt")
+    assert is_project_file(REPO / "editor-clients" / "vscode" / "src" / "extension.ts")
+    assert not is_project_file(REPO / "editor-clients" / "vscode" / "node_modules" / "ajv" / "lib" / "core.ts")
+    assert not is_project_file(REPO / ".venv" / "lib" / "python3.11" / "site-packages" / "six.py")
+    assert not is_project_file(REPO.parent / "elsewhere" / "main.go")
+    roots = [root for table in quality_sources.LANGUAGE_ROOTS.values() for root in table]
+    assert not any("e2e" in root.pattern or "{repo}/tests" in root.pattern for root in roots)
+
+
+def test_language_table():
+    rates = {"holes": 2, "exact": 0.5, "edit_similarity": 0.75, "stray_whitespace": 0.0, "parses": 1.0, "empty": 0.0,
+             "ms_mean": 10}
+    summary = {"raw": {"all": rates, "language=c": rates, "language=java": {**rates, "parses": None}}}
+    table = format_language_table({"summary": summary})
+    assert table.splitlines()[2:] == ["| c | raw | 2 | 50 % | 0.75 | 100 % | 0 % |",
+                                      "| java | raw | 2 | 50 % | 0.75 | – | 0 % |"]
+
+
+def test_per_language_run_on_a_tiny_model(source_tree, tiny_model_dir, tmp_path, capsys, monkeypatch):
+    _, roots = source_tree
+    monkeypatch.setattr(quality_sources, "LANGUAGE_ROOTS", roots)
+    code = cli_main(["bench", "quality", "--verifier", str(tiny_model_dir), "--dtype", "float32", "--languages", "all",
+                     "--holes", "9", "--kinds", "line", "--configs", "raw,quickdraft", "--max-new-tokens", "4",
+                     "--out", str(tmp_path / "out"), "--no-progress"])
+    assert code == 0
+    result = json.loads((tmp_path / "out" / "quality.json").read_text())
+    assert result["config"]["languages_measured"] == sorted(ALL_LANGUAGES)
+    assert sorted({record["language"] for record in result["holes"]}) == sorted(ALL_LANGUAGES)
+    for label in ("raw", "quickdraft"):
+        assert all(result["summary"][label][f"language={lang}"]["holes"] == 1 for lang in ALL_LANGUAGES)
+    out = capsys.readouterr().out
+    assert "| language | configuration | holes | exact | edit similarity | parses | empty |" in out
+    assert all(f"| {lang} | quickdraft | 1 |" in out for lang in ALL_LANGUAGES)

@@ -19,6 +19,7 @@ import os
 import random
 import sysconfig
 import tokenize
+import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -124,8 +125,11 @@ def expand_paths(paths: Iterable[str | Path], seed: int, count: int | None = Non
     return files if count is None else files[:count]
 
 
-def display_path(path: Path) -> str:
-    """A short stable name: relative to the stdlib or site-packages when it lives there."""
+def display_path(path: Path | zipfile.Path) -> str:
+    """A short stable name: relative to the stdlib or site-packages when it lives there; an
+    archive member (the JDK's src.zip) as the archive's path and the member's."""
+    if isinstance(path, zipfile.Path):
+        return f"{path.root.filename}/{path.at}"
     for name, root in default_corpus_roots().items():
         try:
             return f"{name}/{path.resolve().relative_to(root.resolve())}"
@@ -207,9 +211,12 @@ def body_holes(path: str, text: str) -> list[Hole]:
     return holes
 
 
-def _code_line(line: str) -> bool:
+def _code_line(line: str, path: str = "") -> bool:
+    """A line of code long enough to cut; no tabs inside it (alignment), nor in a Python file's
+    indentation (mixed indentation), though Go and C indent with tabs."""
     stripped = line.strip()
-    return len(stripped) >= 24 and not stripped.startswith(("#", "//", "/*", "*", '"', "'", "@")) and "\t" not in line
+    tabs = line if path.endswith((".py", ".pyi")) else stripped
+    return len(stripped) >= 24 and not stripped.startswith(("#", "//", "/*", "*", '"', "'", "@")) and "\t" not in tabs
 
 
 def _string_lines(path: str, text: str) -> set[int]:
@@ -232,7 +239,7 @@ def statement_end_holes(path: str, text: str) -> list[Hole]:
     prose = _string_lines(path, text)
     holes = []
     for number, line in enumerate(text.split("\n")):
-        if number in prose or not _code_line(line):
+        if number in prose or not _code_line(line, path):
             continue
         lo = _indent(line) + int((len(line) - _indent(line)) * 0.3)
         hi = _indent(line) + int((len(line) - _indent(line)) * 0.7)
@@ -250,7 +257,7 @@ def midline_holes(path: str, text: str) -> list[Hole]:
     prose = _string_lines(path, text)
     holes = []
     for number, line in enumerate(text.split("\n")):
-        if number in prose or not _code_line(line):
+        if number in prose or not _code_line(line, path):
             continue
         for i, ch in enumerate(line):
             if ch not in pairs:
@@ -281,10 +288,10 @@ def cut_hole(path: str, text: str, kind: str, rng: random.Random) -> Hole | None
     return rng.choice(candidates) if candidates else None
 
 
-def read_source(path: Path) -> str | None:
+def read_source(path: Path | zipfile.Path) -> str | None:
     try:
         text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
+    except (OSError, UnicodeDecodeError, KeyError, zipfile.BadZipFile) as error:
         log.debug("skipping %s: %s", path, error)
         return None
     return text if "\x00" not in text else None

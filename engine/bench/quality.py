@@ -19,6 +19,11 @@ is `CompletionEngine.complete` (token healing, speculative decoding, post-proces
 with no latency budget; ``noheal`` the same with token healing off, so that healing's
 share of the difference shows. Each runs at every prompt budget in ``suffix_tokens``, so the
 table also shows quality against suffix length.
+
+Holes come from the languages asked for (default python, javascript, go, rust, those with
+files here); ``all`` asks for every language quickdraft has a grammar for (Python, JavaScript,
+TypeScript, Java, C, C++, C#, Go, Rust) and measures those with files on the machine
+(engine/bench/quality_sources.py), and the report adds a table per language.
 """
 
 from __future__ import annotations
@@ -110,7 +115,7 @@ class QualityRunner:
     def quickdraft(self, hole: QualityHole, heal: bool = True) -> str:
         from engine.completion import CompletionRequest
 
-        request = CompletionRequest(prefix=hole.prefix, suffix=hole.suffix, path=hole.path,
+        request = CompletionRequest(prefix=hole.prefix, suffix=hole.suffix, path=hole.path, language=hole.language,
                                     max_new_tokens=self.config.max_new_tokens, multiline=hole.multiline)
         self.engine.heal = heal
         try:
@@ -206,6 +211,8 @@ def _pct(value: float | None) -> str:
 
 
 def format_table(result: dict) -> str:
+    """Every configuration, then its rows per kind and per language; with more than one
+    language, the per-language table follows (`format_language_table`)."""
     rows = ["| configuration | holes | exact | edit similarity | stray whitespace | parses | empty | mean ms |",
             "|---|---|---|---|---|---|---|---|"]
     for label, entry in result["summary"].items():
@@ -214,6 +221,25 @@ def format_table(result: dict) -> str:
             sim = "–" if r["edit_similarity"] is None else f"{r['edit_similarity']:.2f}"
             rows.append(f"| {name} | {r['holes']} | {_pct(r['exact'])} | {sim} | {_pct(r['stray_whitespace'])} | "
                         f"{_pct(r['parses'])} | {_pct(r['empty'])} | {r['ms_mean']} |")
+    languages = _languages(result)
+    return "\n".join(rows) + ("\n\n" + format_language_table(result) if len(languages) > 1 else "")
+
+
+def _languages(result: dict) -> list[str]:
+    entries = next(iter(result["summary"].values()), {})
+    return [group.split("=", 1)[1] for group in entries if group.startswith("language=")]
+
+
+def format_language_table(result: dict) -> str:
+    """One row per language and configuration: exact, edit similarity, parses, empty."""
+    rows = ["| language | configuration | holes | exact | edit similarity | parses | empty |",
+            "|---|---|---|---|---|---|---|"]
+    for language in _languages(result):
+        for label, entry in result["summary"].items():
+            r = entry[f"language={language}"]
+            sim = "–" if r["edit_similarity"] is None else f"{r['edit_similarity']:.2f}"
+            rows.append(f"| {language} | {label} | {r['holes']} | {_pct(r['exact'])} | {sim} | {_pct(r['parses'])} | "
+                        f"{_pct(r['empty'])} |")
     return "\n".join(rows)
 
 
@@ -228,6 +254,7 @@ def run_quality_bench(engine, holes: Sequence[QualityHole], config: QualityBench
     if progress is not None:
         progress.close()
     settings = asdict(config)
+    settings["languages_measured"] = sorted({hole.language for hole in holes})
     settings["drafter"] = engine.drafter_mode
     settings["context_budget"] = asdict(engine.default_budget)
     return {"config": settings, "environment": environment or {}, "summary": summarize(records), "holes": records}

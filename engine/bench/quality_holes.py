@@ -1,9 +1,10 @@
 """Holes for the quality benchmark: real code in several languages, three kinds of cursor.
 
-Pure Python (no torch). Sources are what is installed on the machine: the Python standard
-library and packages, the JavaScript of globally installed npm packages, Go and Rust
-sources where a toolchain or a package left them. A language counts only where its
-tree-sitter grammar is installed too (the benchmark checks that spliced files parse).
+Pure Python (no torch). Sources are what is on the machine (engine.bench.quality_sources:
+the Python standard library and packages, npm packages' JavaScript and TypeScript, the JDK's
+src.zip, C and C++ under /usr, Go, Rust and C# where a toolchain or package left them). A
+language counts only where its tree-sitter grammar is installed too (the benchmark checks
+that spliced files parse). ``all`` names every language with a grammar and files here.
 
 - ``line``: a whole line of code inside a block; its indentation already typed, the cursor
   after it (single-line completion);
@@ -17,26 +18,17 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from engine.bench.corpus import (
-    Hole, _line_starts, _string_lines, _walk_sources, _size_ok, body_holes, default_corpus, display_path,
-    midline_holes, read_source, statement_end_holes,
+    Hole, _line_starts, _string_lines, body_holes, display_path, midline_holes, read_source, statement_end_holes,
 )
+from engine.bench.quality_sources import ALL_LANGUAGES, Root, Source, known_languages, language_files
 from engine.syntax import get_parser
 
 QUALITY_KINDS = ("line", "midline", "multiline")
 MULTILINE_MAX_LINES = 6
 MIN_LINE_CODE_CHARS = 12
-# Where installed code of each language lives, first match wins per root.
-LANGUAGE_SOURCES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    # language: (file suffixes, roots to look under)
-    "javascript": ((".js",), ("/usr/lib/node_modules", "/usr/local/lib/node_modules", "/usr/share/nodejs")),
-    "go": ((".go",), ("/usr/lib/go/src", "/usr/local/go/src", "/usr/share/gocode/src", "/usr/share/doc/git/contrib",
-                      "~/go/pkg/mod")),
-    "rust": ((".rs",), ("~/.cargo/registry/src", "/usr/share/cargo/registry")),
-}
 DEFAULT_LANGUAGES = ("python", "javascript", "go", "rust")
 
 
@@ -46,26 +38,17 @@ class QualityHole(Hole):
     multiline: bool = False
 
 
-def language_files(language: str, count: int, seed: int) -> list[Path]:
-    """Up to ``count`` source files of ``language`` installed here, shuffled by ``seed``."""
-    if language == "python":
-        return default_corpus(count, seed)
-    if language not in LANGUAGE_SOURCES:
-        raise ValueError(f"no source locations known for {language!r}; choose from python, "
-                         f"{', '.join(LANGUAGE_SOURCES)}")
-    suffixes, roots = LANGUAGE_SOURCES[language]
-    found: list[Path] = []
-    for root in roots:
-        path = Path(root).expanduser()
-        if path.is_dir():
-            found += [p for p in _walk_sources(path, set(suffixes)) if _size_ok(p) and ".min." not in p.name]
-    random.Random(f"{seed}:{language}").shuffle(found)
-    return found[:count]
+def resolve_languages(languages: Sequence[str]) -> list[str]:
+    """The languages asked for, ``all`` standing for every one quickdraft knows, each once."""
+    named = [lang for name in languages for lang in (ALL_LANGUAGES if name == "all" else (name,))]
+    return list(dict.fromkeys(named))
 
 
-def available_languages(languages: Sequence[str], seed: int) -> list[str]:
-    """The languages with both a grammar and installed sources."""
-    return [lang for lang in languages if get_parser(lang) is not None and language_files(lang, 1, seed)]
+def available_languages(languages: Sequence[str], seed: int,
+                        roots: Mapping[str, Sequence[Root]] | None = None) -> list[str]:
+    """The languages (``all`` expanded) with both a grammar and source files here."""
+    return [lang for lang in resolve_languages(languages) if get_parser(lang) is not None
+            and lang in known_languages(roots) and language_files(lang, 1, seed, roots)]
 
 
 def _indent(line: str) -> int:
@@ -100,7 +83,7 @@ _CUTTERS = {
 }
 
 
-def cut_hole(path: Path, language: str, kind: str, seed: int) -> QualityHole | None:
+def cut_hole(path: Source, language: str, kind: str, seed: int) -> QualityHole | None:
     text = read_source(path)
     if not text:
         return None
@@ -113,12 +96,14 @@ def cut_hole(path: Path, language: str, kind: str, seed: int) -> QualityHole | N
 
 
 def make_quality_holes(count: int, seed: int, languages: Sequence[str] = DEFAULT_LANGUAGES,
-                       kinds: Sequence[str] = QUALITY_KINDS) -> list[QualityHole]:
-    """``count`` holes, languages and kinds in turn, at most one hole per file and kind."""
-    languages = available_languages(languages, seed)
+                       kinds: Sequence[str] = QUALITY_KINDS,
+                       roots: Mapping[str, Sequence[Root]] | None = None) -> list[QualityHole]:
+    """``count`` holes, languages and kinds in turn, at most one hole per file and kind.
+    ``roots`` replaces where each language's files are looked for (tests use a folder of their own)."""
+    languages = available_languages(languages, seed, roots)
     if not languages:
         return []
-    pools = {lang: iter(language_files(lang, 4 * count, seed)) for lang in languages}
+    pools = {lang: iter(language_files(lang, 4 * count, seed, roots)) for lang in languages}
     slots = [(lang, kind) for kind in kinds for lang in languages]
     exhausted: set[tuple[str, str]] = set()
     holes: list[QualityHole] = []
