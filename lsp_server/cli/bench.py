@@ -121,7 +121,10 @@ def add_parsers(sub) -> None:
     _common(quality)
     quality.add_argument("--holes", type=int, help="holes (default 36; --quick 6)")
     quality.add_argument("--kinds", help="comma-separated: line,midline,multiline (default all)")
-    quality.add_argument("--languages", help="comma-separated (default python,javascript,go,rust: those installed)")
+    quality.add_argument("--languages", help="comma-separated (default python,javascript,go,rust: those installed); "
+                                             "'all': every language with a grammar and files here "
+                                             "(python,javascript,typescript,java,c,cpp,csharp,go,rust), "
+                                             "with a per-language table")
     quality.add_argument("--configs", help="comma-separated: raw,noheal,quickdraft (default all three)")
     quality.add_argument("--suffix-tokens", help="comma-separated prompt budgets after the cursor, one run each "
                                                  "(default: the engine's for its device)")
