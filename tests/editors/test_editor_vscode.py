@@ -3,8 +3,11 @@
 Both drive the real `quickdraft serve` on a tiny random model:
 - fast tier: our extension bundle with the real vscode-languageclient 10.1 and a stand-in
   `vscode` module (editor-clients/vscode/test/);
-- e2e: code-server 4.100 (VS Code 1.100) with the packaged .vsix, driven through chromium
-  (editor-clients/vscode/e2e/e2e.mjs); leaves test-output/vscode-ghost-text.png.
+- e2e: code-server 4.100 (VS Code 1.100) with the packaged .vsix installed into a fresh profile
+  (`--install-extension quickdraft.vsix --extensions-dir <new> --user-data-dir <new>`), driven
+  through chromium (editor-clients/vscode/e2e/e2e.mjs); leaves test-output/vscode-ghost-text.png.
+  The `ready` scenario gives the server a 1 ms budget: the ghost text must appear through
+  `quickdraft/completionReady` with no keystroke after the empty answer.
 """
 
 from __future__ import annotations
@@ -47,19 +50,32 @@ def test_vscode_fast_tier(node_bin, quickdraft_bin, editor_model_dir):
     assert "# pass 0" not in output
 
 
-@pytest.mark.timeout(600)
-def test_vscode_e2e_code_server(node_bin, quickdraft_bin, editor_model_dir):
+def run_e2e(node_bin, quickdraft_bin, editor_model_dir, scenario: str):
     require_file(VSCODE_DIR / "quickdraft.vsix", "the packaged extension")
     require_file(VSCODE_DIR / "e2e" / "node_modules" / "code-server" / "out" / "node" / "entry.js", "code-server")
     TEST_OUTPUT.mkdir(exist_ok=True)
-    shot = TEST_OUTPUT / "vscode-ghost-text.png"
+    shot = TEST_OUTPUT / ("vscode-ghost-text.png" if scenario == "type" else f"vscode-{scenario}-ghost-text.png")
     if shot.exists():
         shot.unlink()
     rc, output = run_node(node_bin, ["e2e/e2e.mjs"], timeout=540, env_extra={
         "QUICKDRAFT_BIN": str(quickdraft_bin),
         "QUICKDRAFT_TINY_MODEL": str(editor_model_dir),
         "QD_E2E_OUT": str(TEST_OUTPUT),
+        "QD_E2E_SCENARIO": scenario,
     })
     assert rc == 0, "the code-server end-to-end test failed (output above)"
     assert "PASS" in output
+    assert "installing the .vsix" in output, "the packaged extension was installed into the fresh profile"
     assert shot.exists() and shot.stat().st_size > 10_000, "the ghost-text screenshot was saved"
+    return output
+
+
+@pytest.mark.timeout(600)
+def test_vscode_e2e_code_server(node_bin, quickdraft_bin, editor_model_dir):
+    run_e2e(node_bin, quickdraft_bin, editor_model_dir, "type")
+
+
+@pytest.mark.timeout(600)
+def test_vscode_e2e_ghost_text_follows_the_ready_notification(node_bin, quickdraft_bin, editor_model_dir):
+    output = run_e2e(node_bin, quickdraft_bin, editor_model_dir, "ready")
+    assert "-> completionReady after" in output and "asked again" in output

@@ -5,7 +5,12 @@
 // Before typing, it clicks a line and checks the server warmed its cache there (the cursor
 // notification).
 //
-//   node e2e/e2e.mjs            (env: QUICKDRAFT_BIN, QUICKDRAFT_TINY_MODEL, QD_E2E_OUT, CHROMIUM)
+// QD_E2E_SCENARIO=ready: the same with a 1 ms budget. Every model answer then comes empty at
+// the deadline; the server decodes on and sends `quickdraft/completionReady`, the extension
+// re-triggers inline suggestions, and the ghost text appears with no further keystroke (the
+// test checks the LSP trace: the empty answer, the notification, the kept answer after it).
+//
+//   node e2e/e2e.mjs            (env: QUICKDRAFT_BIN, QUICKDRAFT_TINY_MODEL, QD_E2E_OUT, CHROMIUM, QD_E2E_SCENARIO)
 import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -26,6 +31,12 @@ const codeServer = path.join(here, 'node_modules', 'code-server', 'out', 'node',
 const outDir = process.env.QD_E2E_OUT || path.join(repo, 'test-output');
 const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium';
 const started = Date.now();
+const scenario = process.env.QD_E2E_SCENARIO || 'type';
+if (!['type', 'ready'].includes(scenario)) {
+  console.error(`e2e: unknown QD_E2E_SCENARIO=${scenario} (type | ready)`);
+  process.exit(2);
+}
+const shotName = (name) => (scenario === 'type' ? `vscode-${name}.png` : `vscode-${scenario}-${name}.png`);
 
 function log(message) {
   console.log(`[e2e ${((Date.now() - started) / 1000).toFixed(1)}s] ${message}`);
@@ -85,12 +96,17 @@ const file = path.join(workspace, 'main.py');
 const serverLogFile = path.join(tmp, 'quickdraft-serve.log');
 fs.writeFileSync(file, ORIGINAL);
 
+const serveArgs = ['serve', '--dtype', 'float32', '--log-file', serverLogFile];
+// ready: the server runs behind a wire tap (e2e/lsp-tap.mjs), so the test can see the messages in order.
+const wireLog = path.join(tmp, 'lsp-wire.jsonl');
+const tap = path.join(here, 'lsp-tap.mjs');
 fs.writeFileSync(path.join(userData, 'User', 'settings.json'), JSON.stringify({
-  'quickdraft.server.command': quickdraft,
+  'quickdraft.server.command': scenario === 'ready' ? process.execPath : quickdraft,
   // float32: the tiny model's own dtype; a generous budget and few tokens, so completions do
   // not depend on how busy the machine is.
-  'quickdraft.server.args': ['serve', '--dtype', 'float32', '--log-file', serverLogFile],
-  'quickdraft.budgetMs': 20000,
+  'quickdraft.server.args': scenario === 'ready' ? [tap, wireLog, quickdraft, ...serveArgs] : serveArgs,
+  // (ready: 1 ms, so that every model answer comes late and the notification brings it)
+  'quickdraft.budgetMs': scenario === 'ready' ? 1 : 20000,
   'quickdraft.maxNewTokens': 12,
   'quickdraft.verifier': modelDir,
   'quickdraft.draft': 'none',
@@ -146,6 +162,46 @@ async function waitForLog(pattern, timeoutMs) {
   return false;
 }
 
+/** The LSP messages on the wire so far (ready scenario): [{ t, dir: 'in' | 'out', msg }]. */
+function readWire() {
+  if (!fs.existsSync(wireLog)) return [];
+  return fs.readFileSync(wireLog, 'utf8').split('\n').filter(Boolean).map((line) => JSON.parse(line));
+}
+
+/** The ghost text came through the ready notification: the client's request at the cursor was
+ *  answered empty, the server sent quickdraft/completionReady for that spot, and the client asked
+ *  again by itself (no document change in between) and got the kept answer. */
+function checkReadyWire(typedAt) {
+  const wire = readWire();
+  const show = (entries) => entries.map((e) => `${e.dir} ${JSON.stringify(e.msg).slice(0, 300)}`).join('\n');
+  const readyAt = wire.findLastIndex((e) => e.dir === 'out' && e.msg.method === 'quickdraft/completionReady');
+  if (readyAt < 0) throw new Error(`the server sent no quickdraft/completionReady:\n${show(wire.slice(-30))}`);
+  const ready = wire[readyAt].msg.params;
+  const at = (e) => e.msg.method === 'textDocument/inlineCompletion' && e.msg.params.textDocument.uri === ready.textDocument.uri
+    && e.msg.params.position.line === ready.position.line && e.msg.params.position.character === ready.position.character;
+  const answerTo = (request) => wire.find((e) => e.dir === 'out' && e.msg.id === request.msg.id && !e.msg.method);
+  const before = wire.slice(0, readyAt).filter((e) => e.dir === 'in' && at(e));
+  const late = before[before.length - 1];
+  const lateAnswer = late && answerTo(late);
+  if (!lateAnswer || (lateAnswer.msg.result?.items ?? []).length !== 0) {
+    throw new Error(`no empty answer at the deadline for the notification's spot:\n${show(wire.slice(-30))}`);
+  }
+  const after = wire.slice(readyAt + 1);
+  const again = after.find((e) => e.dir === 'in' && at(e));
+  const keptAnswer = again && answerTo(again);
+  if (!keptAnswer || !(keptAnswer.msg.result?.items?.[0]?.insertText)) {
+    throw new Error(`the client did not ask again after the notification and get the ghost text:\n${show(after.slice(0, 30))}`);
+  }
+  const between = wire.slice(wire.indexOf(lateAnswer), wire.indexOf(again));
+  if (between.some((e) => e.dir === 'in' && e.msg.method === 'textDocument/didChange')) {
+    throw new Error(`the document changed between the empty answer and the new request:\n${show(between)}`);
+  }
+  log(`wire: empty answer at ${lateAnswer.t - late.t} ms -> completionReady after ${wire[readyAt].t - late.t} ms -> `
+    + `asked again ${again.t - wire[readyAt].t} ms later -> ${JSON.stringify(keptAnswer.msg.result.items[0].insertText)} `
+    + `(${((Date.now() - typedAt) / 1000).toFixed(1)} s after the last keystroke)`);
+  return keptAnswer.msg.result.items[0].insertText;
+}
+
 let browser;
 let page;
 let failed = false;
@@ -185,6 +241,7 @@ try {
   await editor.click();
   await page.keyboard.press('Control+End');
   await page.keyboard.type(TYPED, { delay: 15 });
+  const typedAt = Date.now();
   log('typed; waiting for ghost text');
   const ghost = page.locator('.ghost-text-decoration').first();
   await ghost.waitFor({ state: 'visible', timeout: 60000 });
@@ -207,7 +264,8 @@ try {
   }).then((lines) => lines.map(unrender));
   const ghostText = [ghostFirstLine, ...ghostMore].join('\n');
   log(`ghost text: ${JSON.stringify(ghostText)}`);
-  const shot = path.join(outDir, 'vscode-ghost-text.png');
+  if (scenario === 'ready') checkReadyWire(typedAt);
+  const shot = path.join(outDir, shotName('ghost-text'));
   await page.screenshot({ path: shot });
   log(`screenshot: ${shot}`);
 
@@ -246,13 +304,13 @@ try {
       .some((e) => /quickdraft \d+%/.test(e.textContent)), null, { timeout: 15000 });
     log(`status bar: "${(await status.textContent()).trim()}"`);
   }
-  await page.screenshot({ path: path.join(outDir, 'vscode-after-accept.png') });
+  await page.screenshot({ path: path.join(outDir, shotName('after-accept')) });
   log('PASS');
 } catch (error) {
   failed = true;
   console.error(`e2e FAILED: ${error.stack || error}`);
   if (page) {
-    const shot = path.join(outDir, 'vscode-e2e-failure.png');
+    const shot = path.join(outDir, shotName('e2e-failure'));
     await page.screenshot({ path: shot }).catch(() => undefined);
     console.error(`failure screenshot: ${shot}`);
   }
