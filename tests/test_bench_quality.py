@@ -63,6 +63,17 @@ def test_judge():
     assert judge(h, "x", None)["parses"] is None  # no grammar, no verdict
 
 
+def test_judge_counts_the_closers_an_item_replaces():
+    """`foo(|)`: an item "a, b)" that replaces the ")" adds "a, b"; inserted without replacing, it doubles it."""
+    h = hole("a, b", prefix="def f(a, b):\n    return g(", suffix=")\n")
+    assert judge(h, "a, b)", (0, True), replaces=1) == {
+        "exact": True, "edit_similarity": 1.0, "stray_whitespace": False, "parses": True, "empty": False}
+    doubled = judge(h, "a, b)", (0, True))
+    assert not doubled["exact"] and not doubled["parses"]
+    assert judge(h, "a, b", (0, True), replaces=0)["exact"]
+    assert not judge(h, "a, c)", (0, True), replaces=1)["exact"]
+
+
 def test_line_holes_keep_the_indentation_and_take_the_code():
     holes = line_holes("m.py", MODULE)
     assert holes and all(h.prefix.endswith(("    ", "        ")) and h.middle == h.middle.strip() for h in holes)
@@ -91,6 +102,7 @@ def test_quick_run_on_a_tiny_model(tiny_model_dir, tmp_path, capsys):
         for r in record["results"].values():
             assert r["exact"] <= (r["edit_similarity"] == 1.0)
             assert r["empty"] == (not r["shown"].strip())
+            assert 0 <= r["replaces"] <= len(r["shown"])
             if record["kind"] != "multiline":
                 assert "\n" not in r["shown"]
     for entry in result["summary"].values():

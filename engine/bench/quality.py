@@ -77,19 +77,23 @@ def whole_file_errors(language: str, text: str) -> tuple[int, bool] | None:
     return None if errors is None else (errors.count, errors.compiler_row is None)
 
 
-def judge(hole: QualityHole, shown: str, original: tuple[int, bool] | None) -> dict:
+def judge(hole: QualityHole, shown: str, original: tuple[int, bool] | None, replaces: int = 0) -> dict:
     """The metrics for one completion; ``original`` is `whole_file_errors` of the file as it was.
 
-    ``parses`` judges what was shown: an empty answer changes nothing (None, counted under
-    ``empty``)."""
+    The item replaces ``replaces`` characters after the cursor (closers it retypes, `correct_range`):
+    accepted, the file holds prefix + shown + the rest of the suffix, and what the user gained
+    is ``shown`` less those retyped characters. ``parses`` judges what was shown: an empty
+    answer changes nothing (None, counted under ``empty``)."""
     expected = hole.middle.rstrip()
     shown_any = bool(shown.strip())
-    spliced = whole_file_errors(hole.language, hole.prefix + shown + hole.suffix) \
+    retyped = hole.suffix[:replaces]
+    added = shown[: len(shown) - replaces] if shown.endswith(retyped) else shown
+    spliced = whole_file_errors(hole.language, hole.prefix + shown + hole.suffix[replaces:]) \
         if original is not None and shown_any else None
     parses = None if spliced is None else spliced[0] <= original[0] and (spliced[1] or not original[1])
     return {
-        "exact": shown.rstrip() == expected,
-        "edit_similarity": round(edit_similarity(shown.rstrip(), expected), 4),
+        "exact": added.rstrip() == expected and shown.endswith(retyped),
+        "edit_similarity": round(edit_similarity(added.rstrip(), expected), 4),
         "stray_whitespace": shown[:1] in (" ", "\t") and expected[:1] not in (" ", "\t"),
         "parses": parses,
         "empty": not shown_any,
@@ -112,20 +116,22 @@ class QualityRunner:
             budget = replace(budget, prefix_tokens=self.config.prefix_tokens)
         return budget if suffix_tokens is None else replace(budget, suffix_tokens=suffix_tokens)
 
-    def quickdraft(self, hole: QualityHole, heal: bool = True) -> str:
+    def quickdraft(self, hole: QualityHole, heal: bool = True) -> tuple[str, int]:
         from engine.completion import CompletionRequest
 
         request = CompletionRequest(prefix=hole.prefix, suffix=hole.suffix, path=hole.path, language=hole.language,
                                     max_new_tokens=self.config.max_new_tokens, multiline=hole.multiline)
         self.engine.heal = heal
         try:
-            return self.engine.complete(request).text
+            result = self.engine.complete(request)
+            return result.text, result.replace_after
         finally:
             self.engine.heal = True
 
-    def complete(self, name: str, hole: QualityHole) -> str:
+    def complete(self, name: str, hole: QualityHole) -> tuple[str, int]:
+        """(the text shown, characters after the cursor it replaces); the raw model replaces none."""
         if name == "raw":
-            return self.raw(hole)
+            return self.raw(hole), 0
         return self.quickdraft(hole, heal=name != "noheal")
 
     def raw(self, hole: QualityHole) -> str:
@@ -157,9 +163,10 @@ class QualityRunner:
                 for name in self.config.configs:
                     label = config_label(name, suffix_tokens, self.config.suffix_tokens)
                     started = time.monotonic()
-                    shown = self.complete(name, hole)
-                    results[label] = {"shown": shown, "ms": round((time.monotonic() - started) * 1000),
-                                      **judge(hole, shown, original)}
+                    shown, replaces = self.complete(name, hole)
+                    results[label] = {"shown": shown, "replaces": replaces,
+                                      "ms": round((time.monotonic() - started) * 1000),
+                                      **judge(hole, shown, original, replaces)}
                     if on_result is not None:
                         on_result(label)
             self.engine.context_budget = self.engine.default_budget
