@@ -21,6 +21,7 @@ class SyntaxErrors:
     first_row: int | None  # row (0-based) of the first error of any kind
     broken_rows: tuple[int, ...]  # rows of text tree-sitter could not parse (its ERROR nodes), sorted
     compiler_row: int | None = None  # Python: the row of the compiler's first error (None: it compiles)
+    closer_rows: tuple[int, ...] = ()  # rows of the ERROR nodes that hold a closing bracket, sorted
 
 
 def syntax_errors(language: str | None, text: str) -> SyntaxErrors | None:
@@ -28,17 +29,19 @@ def syntax_errors(language: str | None, text: str) -> SyntaxErrors | None:
     tree = syntax.parse(language, text)
     if tree is None:
         return None
-    count, missing, broken = 0, [], []
+    count, missing, broken, closers = 0, [], [], []
     stack = [tree.root_node] if tree.root_node.has_error else []
     while stack:
         node = stack.pop()
         if node.type == "ERROR" or node.is_missing:
             count += 1
             (missing if node.is_missing else broken).append(node.start_point[0])
+            if node.type == "ERROR" and any(c in (node.text or b"") for c in (b")", b"]", b"}")):
+                closers.append(node.start_point[0])
         stack.extend(child for child in node.children if child.has_error or child.is_missing)
     compiler_row = first_python_error(text) if language == "python" else None
     rows = missing + broken + ([compiler_row] if compiler_row is not None else [])
-    return SyntaxErrors(count, min(rows) if rows else None, tuple(sorted(broken)), compiler_row)
+    return SyntaxErrors(count, min(rows) if rows else None, tuple(sorted(broken)), compiler_row, tuple(sorted(closers)))
 
 
 def first_python_error(text: str) -> int | None:
@@ -85,8 +88,10 @@ def first_that_parses(prefix: str, suffix: str, language: str | None,
 
     A splice adds an error when, against the text without it, it leaves more error nodes or
     an error earlier than the first one there was. And when the cursor's line is whole but
-    the code below it does not parse without the splice (the line that opens or continues its
-    brackets is missing), the splice must repair that: its first error, if any, comes after.
+    the code below it does not parse without the splice because of a bracket (the line that
+    opens or continues its brackets is missing: tree-sitter's first error there holds a closing
+    bracket), the splice must repair that: its first error, if any, comes after. (An error
+    with no bracket in it, such as a C macro tree-sitter cannot read, is no missing line's.)
     (Below a broken cursor line, errors may be that line's echo: a header the user is still
     typing leaves its body missing, which the next keystrokes fill.) Only a window around the
     cursor is parsed (`decide_multiline`'s), so a 5 MB file costs the same as a small one."""
@@ -104,7 +109,7 @@ def first_that_parses(prefix: str, suffix: str, language: str | None,
     # `except`, which the user may be about to type).
     first = before.first_row
     last_row = (head + tail).count("\n") - (-1 if clean else CUT_ROWS)
-    needs_repair = first is not None and cursor_row < first < last_row and first in before.broken_rows
+    needs_repair = first is not None and cursor_row < first < last_row and first in before.closer_rows
     for i, (text, replace_after) in enumerate(splices):
         text += _body_to_come(head + text, tail[replace_after:], language)
         after = syntax_errors(language, head + text + tail[replace_after:])

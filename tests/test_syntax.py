@@ -207,6 +207,18 @@ def test_window_end_skips_a_brace_on_its_own_line(suffix, language, expected_res
     assert clean and suffix[end:].startswith(expected_rest)
 
 
+def test_window_end_out_of_reach_cuts_after_a_member():
+    """A Java class is the whole file: without a top-level line in reach, the cut goes after the
+    last member's closing brace, not into the Javadoc below it."""
+    member = "    int f{i}() {{\n        return {i};\n    }}\n\n    /**\n     * Docs for {i}.\n     */\n"
+    suffix = "\n" + "".join(member.format(i=i) for i in range(200)) + "}\n"
+    end, clean = syntax.window_end(suffix, max_chars=1000, language="java")
+    assert not clean and end <= 1000 and suffix[:end].endswith("\n    }\n")
+    lines = "\n" + "x = 1\n" * 400  # nothing to go by: the last whole line in reach
+    end, clean = syntax.window_end(lines, max_chars=1000, language="python")
+    assert not clean and lines[:end].endswith("x = 1\n") and end > 990
+
+
 # (prefix, completion, suffix, language, expected end offset in completion or None)
 SCOPE_TABLE = [
     # leaves the function body: the dedented def ends it
