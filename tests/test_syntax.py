@@ -214,9 +214,9 @@ def test_window_end_out_of_reach_cuts_after_a_member():
     suffix = "\n" + "".join(member.format(i=i) for i in range(200)) + "}\n"
     end, clean = syntax.window_end(suffix, max_chars=1000, language="java")
     assert not clean and end <= 1000 and suffix[:end].endswith("\n    }\n")
-    lines = "\n" + "x = 1\n" * 400  # nothing to go by: the last whole line in reach
-    end, clean = syntax.window_end(lines, max_chars=1000, language="python")
-    assert not clean and lines[:end].endswith("x = 1\n") and end > 990
+    body = "\n" + "    x = 1\n" * 400  # nothing to go by: the last whole line in reach
+    end, clean = syntax.window_end(body, max_chars=1000, language="python")
+    assert not clean and body[:end].endswith("    x = 1\n") and end > 985
 
 
 # (prefix, completion, suffix, language, expected end offset in completion or None)
