@@ -61,6 +61,9 @@ INDENT_LANGUAGES = {"python"}
 # function's name (`static int` / `main(void)`), a brace on a line of its own (`{` below
 # `namespace N` or a function): a parse starting at such a line starts mid-declaration.
 SPLIT_DECLARATION_LANGUAGES = {"c", "cpp", "csharp", "java", "rust"}
+# Languages with macros tree-sitter cannot expand (`BAD_CAST key_file`, `GLAPIENTRY f(...)`):
+# an error it reports there is often no error at all.
+MACRO_LANGUAGES = {"c", "cpp"}
 
 # Node types that hold a block body: the scope a multi-line completion stays inside.
 _C_BLOCKS = {"compound_statement", "field_declaration_list", "enumerator_list", "initializer_list"}

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from engine import syntax  # its parse, looked up at call time (tests watch what gets parsed)
+from engine.languages import MACRO_LANGUAGES
 from engine.syntax import INDENT_LANGUAGES, indent_width, line_opens_block, window_end, window_start
 
 
@@ -88,10 +89,10 @@ def first_that_parses(prefix: str, suffix: str, language: str | None,
 
     A splice adds an error when, against the text without it, it leaves more error nodes or
     an error earlier than the first one there was. And when the cursor's line is whole but
-    the code below it does not parse without the splice because of a bracket (the line that
-    opens or continues its brackets is missing: tree-sitter's first error there holds a closing
-    bracket), the splice must repair that: its first error, if any, comes after. (An error
-    with no bracket in it, such as a C macro tree-sitter cannot read, is no missing line's.)
+    the code below it does not parse without the splice (the line that opens or continues its
+    brackets is missing), the splice must repair that: its first error, if any, comes after.
+    (In C and C++ only an error holding a closing bracket counts: one without, such as a macro
+    tree-sitter cannot read, is no missing line's.)
     (Below a broken cursor line, errors may be that line's echo: a header the user is still
     typing leaves its body missing, which the next keystrokes fill.) Only a window around the
     cursor is parsed (`decide_multiline`'s), so a 5 MB file costs the same as a small one."""
@@ -109,7 +110,8 @@ def first_that_parses(prefix: str, suffix: str, language: str | None,
     # `except`, which the user may be about to type).
     first = before.first_row
     last_row = (head + tail).count("\n") - (-1 if clean else CUT_ROWS)
-    needs_repair = first is not None and cursor_row < first < last_row and first in before.closer_rows
+    rows = before.closer_rows if language in MACRO_LANGUAGES else before.broken_rows
+    needs_repair = first is not None and cursor_row < first < last_row and first in rows
     for i, (text, replace_after) in enumerate(splices):
         text += _body_to_come(head + text, tail[replace_after:], language)
         after = syntax_errors(language, head + text + tail[replace_after:])

@@ -403,6 +403,16 @@ BELOW = "\n        t += x\n    return t\n"
     # What is broken in another function below is none of this completion's business.
     ("def f(x):\n    ", "return x", "\n\ndef g(:\n    pass\n", "python", False, "return x"),
     ("def f(x):\n    return x, ", "x + 1", "\n\n\nSTRING = '''unterminated\n", "python", False, "x + 1"),
+    # C: a macro tree-sitter cannot read below (BAD_CAST) is no line the completion must repair...
+    ("int sign(const char *key_file) {\n    int res = -1;\n    ", "res = 0;",
+     "\n    if (set_name(key, BAD_CAST key_file) < 0) {\n        return res;\n    }\n    return res;\n}\n", "c", False,
+     "res = 0;"),
+    # ... but a block below that closes what the missing line opens is.
+    ("int f(int x) {\n    int y = 2;\n    ", "y = 3;", "\n        return y;\n    }\n    return 0;\n}\n", "c", False, ""),
+    ("int f(int x) {\n    int y = 2;\n    ", "if (x) {", "\n        return y;\n    }\n    return 0;\n}\n", "c", False,
+     "if (x) {"),
+    # C#: Allman braces, a statement where one belongs.
+    ("class A\n{\n    void F()\n    {\n        ", "G();", "\n        H();\n    }\n}\n", "csharp", False, "G();"),
     # No grammar: no verdict, the completion stays.
     ("x = (", "1 +", "\n", "cobol", False, "1 +"),
 ])
