@@ -100,8 +100,13 @@ const serveArgs = ['serve', '--dtype', 'float32', '--log-file', serverLogFile];
 // ready: the server runs behind a wire tap (e2e/lsp-tap.mjs), so the test can see the messages in order.
 const wireLog = path.join(tmp, 'lsp-wire.jsonl');
 const tap = path.join(here, 'lsp-tap.mjs');
+// type: as a user's fresh install from a checkout, no server command is configured: the packaged
+// extension finds the `.venv/bin/quickdraft` of the checkout it was built in (out/checkout.json);
+// set only when the test runs another quickdraft ($QUICKDRAFT_BIN).
+const checkoutBin = path.join(repo, '.venv', 'bin', 'quickdraft');
+const serverCommand = scenario === 'ready' ? process.execPath : (path.resolve(quickdraft) === checkoutBin ? undefined : quickdraft);
 fs.writeFileSync(path.join(userData, 'User', 'settings.json'), JSON.stringify({
-  'quickdraft.server.command': scenario === 'ready' ? process.execPath : quickdraft,
+  ...(serverCommand ? { 'quickdraft.server.command': serverCommand } : {}),
   // float32: the tiny model's own dtype; a generous budget and few tokens, so completions do
   // not depend on how busy the machine is.
   'quickdraft.server.args': scenario === 'ready' ? [tap, wireLog, quickdraft, ...serveArgs] : serveArgs,
@@ -138,8 +143,15 @@ fs.writeFileSync(path.join(userData, 'User', 'settings.json'), JSON.stringify({
 const env = { ...process.env, HOME: home, XDG_CONFIG_HOME: path.join(home, '.config'), XDG_DATA_HOME: path.join(home, '.local', 'share') };
 const common = ['--user-data-dir', userData, '--extensions-dir', extensions];
 
-log('installing the .vsix');
+// As a user installs it: the packaged .vsix into a fresh profile (no development path).
+log(`installing the .vsix: code-server --install-extension ${path.relative(repo, vsix)} (fresh --extensions-dir and --user-data-dir)`);
 execFileSync(process.execPath, [codeServer, ...common, '--install-extension', vsix], { env, stdio: 'inherit' });
+const installed = fs.readdirSync(extensions).filter((name) => name.startsWith('quickdraft.quickdraft-'));
+if (installed.length !== 1 || !fs.existsSync(path.join(extensions, installed[0], 'out', 'extension.js'))) {
+  console.error(`e2e: the .vsix did not install one quickdraft extension into ${extensions}: ${fs.readdirSync(extensions)}`);
+  process.exit(1);
+}
+log(`installed ${installed[0]}; ${serverCommand ? `quickdraft.server.command: ${serverCommand}` : 'no quickdraft.server.command: the extension finds the checkout\'s .venv/bin/quickdraft'}`);
 
 const port = await freePort();
 const serverLog = fs.createWriteStream(path.join(tmp, 'code-server.log'));

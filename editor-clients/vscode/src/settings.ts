@@ -81,17 +81,31 @@ const VENV_BIN = process.platform === 'win32'
   ? path.join('.venv', 'Scripts', 'quickdraft.exe')
   : path.join('.venv', 'bin', 'quickdraft');
 
+/** The checkout the packaged extension was built in (`out/checkout.json`, written by `npm run
+ *  package`), so that an installed .vsix finds that checkout's `.venv` without settings. */
+export function builtFromCheckout(extensionPath: string): string[] {
+  try {
+    const info = JSON.parse(fs.readFileSync(path.join(extensionPath, 'out', 'checkout.json'), 'utf8'));
+    return typeof info?.root === 'string' && info.root ? [info.root] : [];
+  } catch {
+    return [];
+  }
+}
+
 /**
  * Which executable to start: the configured one; else `quickdraft` on PATH; else the
- * `.venv/bin/quickdraft` of a workspace folder or of the quickdraft checkout the extension
- * lives in (editor-clients/vscode -> ../../.venv). Returns `quickdraft` when nothing is found,
- * so that the error the user sees names the command that was tried.
+ * `.venv/bin/quickdraft` of a workspace folder, of the quickdraft checkout the extension
+ * lives in (editor-clients/vscode -> ../../.venv), or of the checkout the installed .vsix was
+ * built in. (VS Code's extension host takes PATH from the user's login shell, so a venv that is
+ * only activated in a terminal is not on it.) Returns `quickdraft` when nothing is found, so
+ * that the error the user sees names the command that was tried.
  */
 export function resolveServerCommand(
   configured: string,
   workspaceDirs: string[],
   extensionPath: string,
   envPath: string = process.env.PATH ?? '',
+  checkoutDirs: string[] = builtFromCheckout(extensionPath),
 ): string {
   if (configured.trim()) return expand(configured.trim(), workspaceDirs);
   const exe = process.platform === 'win32' ? 'quickdraft.exe' : 'quickdraft';
@@ -101,6 +115,7 @@ export function resolveServerCommand(
   const candidates = [
     ...workspaceDirs.map((dir) => path.join(dir, VENV_BIN)),
     path.join(extensionPath, '..', '..', VENV_BIN),
+    ...checkoutDirs.map((dir) => path.join(dir, VENV_BIN)),
   ];
   for (const candidate of candidates) {
     if (isExecutable(candidate)) return path.resolve(candidate);

@@ -47,6 +47,16 @@ test('server command: configured, else PATH, else a .venv next to the code', () 
   fs.writeFileSync(path.join(root, 'repo', '.venv', 'bin', 'quickdraft'), '#!/bin/sh\n', { mode: 0o755 });
   assert.equal(settings.resolveServerCommand('', [], ext, '/nonexistent'), path.join(root, 'repo', '.venv', 'bin', 'quickdraft'));
   assert.equal(settings.resolveServerCommand('', [], '/nowhere', '/nonexistent'), 'quickdraft');
+  // An installed .vsix (~/.vscode/extensions/...) finds the checkout it was built in.
+  const installed = path.join(root, 'extensions', 'quickdraft.quickdraft-0.1.0');
+  fs.mkdirSync(path.join(installed, 'out'), { recursive: true });
+  assert.deepEqual(settings.builtFromCheckout(installed), []);
+  fs.writeFileSync(path.join(installed, 'out', 'checkout.json'), JSON.stringify({ root: path.join(root, 'repo') }));
+  assert.deepEqual(settings.builtFromCheckout(installed), [path.join(root, 'repo')]);
+  assert.equal(settings.resolveServerCommand('', [], installed, '/nonexistent'), path.join(root, 'repo', '.venv', 'bin', 'quickdraft'));
+  assert.equal(settings.resolveServerCommand('', [], installed, bin), pathExe, 'PATH comes first');
+  fs.writeFileSync(path.join(installed, 'out', 'checkout.json'), '{not json');
+  assert.deepEqual(settings.builtFromCheckout(installed), []);
   fs.rmSync(root, { recursive: true, force: true });
 });
 
