@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from support.editors import NEOVIM_DIR, SETUP_HINT, TEST_OUTPUT
+from support.editors import NEOVIM_DIR, ROOT, SETUP_HINT, TEST_OUTPUT
 
 pynvim = pytest.importorskip("pynvim", reason=SETUP_HINT)
 
@@ -30,6 +30,8 @@ def wheel_nvim() -> str | None:
         return None
     return str(Path(next(iter(spec.submodule_search_locations))) / "install" / "bin" / "nvim")
 
+
+CHECKOUT_QUICKDRAFT = ROOT / ".venv" / "bin" / "quickdraft"
 
 NVIMS = {
     "0.7.2": "/usr/bin/nvim",
@@ -143,8 +145,10 @@ def start_editor(version: str, tmp: Path, quickdraft_bin: Path, model_dir: Path,
     - 0.11.4 with lazy.nvim's: `{ dir = ".../editor-clients/neovim", opts = {...} }` puts the
       directory on 'runtimepath' and calls `require('quickdraft').setup(opts)`.
 
-    The user's init.lua is read from $XDG_CONFIG_HOME (no -u), `quickdraft` is found on PATH
-    (the venv's bin, as after activating it), and `setup` gets only the model settings.
+    The user's init.lua is read from $XDG_CONFIG_HOME (no -u) and `setup` gets only the model
+    settings; the plugin finds the server by itself: on 0.11.4 `quickdraft` is on PATH (the
+    venv's bin, as after activating it), on 0.7.2 it is not and the plugin takes the `.venv` of
+    the checkout it lives in (through packer's link).
     """
     binary = NVIMS[version]
     if not binary or not os.access(binary, os.X_OK):
@@ -169,9 +173,12 @@ def start_editor(version: str, tmp: Path, quickdraft_bin: Path, model_dir: Path,
         + load
         + f"require('quickdraft').setup({{ settings = {lua_value(user_settings(model_dir, **settings))} }})\n"
     )
+    path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d and Path(d) != quickdraft_bin.parent]
+    if version != "0.7.2" or quickdraft_bin != CHECKOUT_QUICKDRAFT:
+        path.insert(0, str(quickdraft_bin.parent))
     env = {
         "XDG_CONFIG_HOME": tmp / "config", "XDG_DATA_HOME": data, "XDG_STATE_HOME": tmp / "state",
-        "XDG_CACHE_HOME": tmp / "cache", "PATH": f"{quickdraft_bin.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "XDG_CACHE_HOME": tmp / "cache", "PATH": os.pathsep.join(path),
     }
     argv = ["env", *(f"{k}={v}" for k, v in env.items()), binary, "--embed", "--headless", "-n", "-i", "NONE"]
     nvim = pynvim.attach("child", argv=argv)
@@ -197,9 +204,14 @@ def editor(request, tmp_path_factory, quickdraft_bin, editor_model_dir):
 
 
 def test_installed_the_way_a_plugin_manager_does_it(editor, quickdraft_bin):
-    """The plugin came from the packer/lazy layout and found `quickdraft` on PATH by itself."""
-    assert editor.lua("return require('quickdraft').server_cmd()") == ["quickdraft", "serve"]
-    assert editor.nv.funcs.exepath("quickdraft") == str(quickdraft_bin)
+    """The plugin came from the packer/lazy layout and found the server by itself."""
+    assert editor.lua("return require('quickdraft')._plugin_root()") == str(ROOT)
+    if editor.nv.funcs.exepath("quickdraft"):
+        assert editor.nv.funcs.exepath("quickdraft") == str(quickdraft_bin)
+        assert editor.lua("return require('quickdraft').server_cmd()") == ["quickdraft", "serve"]
+    else:  # not on PATH: the checkout's .venv
+        assert editor.version == "0.7.2"
+        assert editor.lua("return require('quickdraft').server_cmd()") == [str(CHECKOUT_QUICKDRAFT), "serve"]
     source = editor.lua("return debug.getinfo(require('quickdraft').setup, 'S').source")
     if editor.version == "0.7.2":
         assert "/site/pack/packer/start/quickdraft/lua/quickdraft/init.lua" in source, source

@@ -38,12 +38,17 @@ M.status = nil -- last quickdraft/status notification
 M.last_stats = nil -- last quickdraft/stats answer
 M.builtin = false -- true when vim.lsp.inline_completion renders
 
+--- The quickdraft checkout the plugin lives in. The real path: packer links a local plugin into
+--- its start directory (site/pack/packer/start/quickdraft -> <checkout>/editor-clients/neovim).
 local function plugin_root()
   local source = debug.getinfo(1, 'S').source:sub(2) -- .../editor-clients/neovim/lua/quickdraft/init.lua
+  source = vim.loop.fs_realpath(source) or source
   return vim.fn.fnamemodify(source, ':p:h:h:h:h:h')
 end
+M._plugin_root = plugin_root -- for tests
 
---- The server command: configured, `quickdraft` on PATH, ./.venv, or the checkout's .venv.
+--- The server command: configured, `quickdraft` on PATH, ./.venv, or the .venv of the checkout
+--- the plugin lives in (`make setup` there creates it; no need to activate it).
 function M.server_cmd()
   if M.config.cmd then
     return M.config.cmd
