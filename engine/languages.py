@@ -25,6 +25,7 @@ LANGUAGE_IDS = {
     "c++": "cpp",
     "cuda-cpp": "cpp",
     "csharp": "csharp",
+    "cs": "csharp",  # Neovim's filetype, which its LSP client sends as the languageId
     "c#": "csharp",
 }
 EXTENSIONS = {

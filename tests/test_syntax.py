@@ -22,6 +22,7 @@ from engine.syntax import decide_multiline, get_parser, language_from, scope_end
         ("java", "A.java", "java"),
         ("cpp", "a.h", "cpp"),  # the languageId wins over the extension
         ("csharp", None, "csharp"),
+        ("cs", "Program.cs", "csharp"),  # Neovim's filetype
         ("C", None, "c"),
         (None, "src/Main.java", "java"),
         (None, "lib/zlib.h", "c"),
