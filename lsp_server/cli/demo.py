@@ -61,6 +61,7 @@ class GhostPrinter:
         self.width = shutil.get_terminal_size((110, 24)).columns
         self.current = None
         self.open_line = False  # a typed-through line is on screen, to be rewritten or ended
+        self.typed_through: list[float] = []  # latencies of this function's typed-through answers
 
     def _color(self, code: str, text: str) -> str:
         return f"\033[{code}m{text}\033[0m" if self.tty else text
@@ -70,8 +71,17 @@ class GhostPrinter:
             self.stream.write("\n")
             self.open_line = False
 
-    def hole(self, path: Path, hole) -> None:
+    def _end_hole(self) -> None:
         self._end_line()
+        if self.typed_through:
+            from engine.stats import percentile
+
+            print(f"{'':16}and {len(self.typed_through)} keys typed through the ghost text on screen, answered "
+                  f"without the model (p50 {percentile(self.typed_through, 50):.0f} ms)", file=self.stream)
+        self.typed_through = []
+
+    def hole(self, path: Path, hole) -> None:
+        self._end_hole()
         self.current = hole
         lines = hole.prefix.split("\n")
         header = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].lstrip().startswith(("def ", "async def "))),
@@ -102,6 +112,8 @@ class GhostPrinter:
             text = text[:room - 1] + "…"
         typed_part = text[:len(typed_line) + 1]
         line = f"{head}{typed_part}{self._color('90', text[len(typed_part):])}  {self._color('32', verdict)}{late}"
+        if source == "typethrough":
+            self.typed_through.append(record.latency_ms)
         if source == "typethrough" and self.tty:
             self.stream.write(("\r\033[K" if self.open_line else "") + line)
             self.open_line = True
@@ -113,7 +125,7 @@ class GhostPrinter:
         self.stream.flush()
 
     def done(self) -> None:
-        self._end_line()
+        self._end_hole()
 
 
 def describe_plan(settings) -> str:
@@ -148,9 +160,12 @@ def show_summary(run, summary: dict) -> None:
     cold = run.warm_up_server or {}
     print("\n── summary " + "─" * 60)
     print(f"server        {summary['server_status']} (loaded in {summary['load_s']:.1f} s)")
-    print(f"cold start    {ms(run.warm_up_ms)}: the first completion after loading, nothing cached yet "
-          f"({cold.get('prefill_tokens', '?')} prompt tokens read, {cold.get('text_chars', 0)} characters shown); "
-          "not counted below")
+    if run.warm_up_ms is None:
+        print("cold start    no answer within 30 s to the first completion after loading (a busy machine?)")
+    else:
+        print(f"cold start    {ms(run.warm_up_ms)}: the first completion after loading, nothing cached yet "
+              f"({cold.get('prefill_tokens', '?')} prompt tokens read, {cold.get('text_chars', 0)} characters "
+              "shown); not counted below")
     print(f"typing        {summary['typed_chars']} characters in {len({r.hole for r in run.records})} functions; "
           f"{summary['request_count']} requests, {summary['answered']} answered, {summary['cancelled']} cancelled "
           "by the next key")
@@ -161,7 +176,7 @@ def show_summary(run, summary: dict) -> None:
     model_shown = [r for r in answered if (r.server or {}).get("source") == "model" and r.shown]
     chars = sum(len(r.shown) for r in model_shown) / len(model_shown) if model_shown else None
     print(f"ghost text    {'–' if chars is None else f'{chars:.1f}'} characters per model answer; "
-          f"{share(summary['exact_match_rate'])} of shown completions exactly what was typed next")
+          f"{share(summary['exact_match_rate_model'])} of them exactly what was typed next")
     print(f"accepted      {summary['accepted_chars_per_request'] or 0:.1f} characters per answer "
           "(what accepting word by word would keep)")
     tau = "–" if summary["tau"] is None else f"{summary['tau']:.2f}"
@@ -179,6 +194,10 @@ def run_demo(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise QuickdraftError(f"no such file: {path}")
     config = SessionBenchConfig(
+        # Patient: at each line start the user waits for the ghost text, as one reading it would; on a
+        # quiet machine it comes well inside the 1 s pause anyway. (The cold first request may take
+        # twice settle_ms: a busy machine reads its prompt slowly.)
+        patient=True, settle_ms=15_000.0,
         files=1, holes_per_file=args.functions, min_hole_chars=60, max_hole_chars=220, typing_cps=args.cps,
         seed=args.seed, verifier=args.verifier, draft=args.draft, dtype=args.dtype, device=args.device,
         drafters=(args.drafter,), budget_ms=args.budget_ms, load_timeout_s=LOAD_TIMEOUT_S, progress=False)
