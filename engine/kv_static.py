@@ -15,7 +15,7 @@ and the draft model take either. Differences that matter:
 
 Modes: `eager` runs every pass with exactly its tokens over the live length — the same
 computation as the dynamic cache, bit for bit (the CPU default would be this, but the CPU
-keeps the dynamic cache: no faster, see README). `bucketed` is the graph-shaped
+keeps the dynamic cache: no faster, see docs/benchmarks.md). `bucketed` is the graph-shaped
 computation without capture (tested on the CPU). `graphs` is bucketed plus capture (CUDA).
 The model itself is Hugging Face's Qwen2 forward; only the cache object is ours.
 """
@@ -267,8 +267,8 @@ class StaticKVCache(KVCache):
 
 def cache_factory(device: torch.device | str) -> Callable:
     """The KV cache each device is fastest with: static with CUDA graphs on CUDA (warmed here,
-    so at load time, not in the first request); the dynamic cache elsewhere (README: on this
-    CPU the static cache is no faster)."""
+    so at load time, not in the first request); the dynamic cache elsewhere (docs/benchmarks.md,
+    GPU check: on this CPU the static cache is no faster)."""
     if torch.device(device).type != "cuda":
         return KVCache
 

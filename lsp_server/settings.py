@@ -60,7 +60,7 @@ _LIMITS = {"budget_ms": (1, 60_000), "max_new_tokens": (1, 1024), "prefix_tokens
 
 def machine_defaults() -> Settings:
     """On a GPU the 1.5B verifier with the 0.5B draft; on a CPU the 0.5B alone with prompt lookup,
-    which answers a typical automatic request near the 200 ms budget (README: "What runs where")."""
+    which answers a typical automatic request near the 200 ms budget (docs/server.md: "What runs by default where")."""
     from engine.models.loading import default_device
 
     if default_device().type == "cuda":

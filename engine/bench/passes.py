@@ -45,9 +45,9 @@ class Replay:
     draft_model: bool  # drafts from the draft model (each costs a pass) or free (prompt lookup)
 
 
-SERVER_OVERHEAD_MS = 3.0  # README, "Measured on this machine": a type-through answer takes ~3 ms end to end
+SERVER_OVERHEAD_MS = 3.0  # docs/benchmarks.md, typing session: a type-through answer takes ~3 ms end to end
 
-# τ measured on the CPU with the real pair, bf16 (README, "Benchmarks"): lookup 2.48, hybrid 3.00.
+# τ measured on the CPU with the real pair, bf16 (docs/benchmarks.md): lookup 2.48, hybrid 3.00.
 REPLAYS = (
     Replay("plain", 1.0, 0, False),
     Replay("lookup", 2.48, 8, False),

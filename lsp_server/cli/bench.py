@@ -1,4 +1,4 @@
-"""`quickdraft bench engine | session | first-completion | passes | quality`: the headless benchmarks (see README "Benchmarks").
+"""`quickdraft bench engine | session | first-completion | passes | quality`: the headless benchmarks (see docs/benchmarks.md).
 
 engine  — decoding speed at equal output: HF generate (greedy, assisted, prompt lookup) vs
           quickdraft's drafters on the same FIM prompts (engine/bench.py).
@@ -77,7 +77,7 @@ def add_parsers(sub) -> None:
     session.add_argument("--device", help="server device")
     session.add_argument("--no-adaptive-drafting", action="store_true",
                          help="keep the chosen drafter all session (the server may otherwise switch to lookup)")
-    remote = session.add_argument_group("a shared inference server (README: Teams)")
+    remote = session.add_argument_group("a shared inference server (docs/teams.md)")
     remote.add_argument("--backend", metavar="URL", help="complete from this OpenAI-compatible server (quickdraft serve --backend)")
     remote.add_argument("--backend-model", metavar="NAME", help="the model name it serves")
     remote.add_argument("--backend-tokenizer", metavar="SPEC", help="the model's tokenizer here (preset, directory, .gguf)")

@@ -22,7 +22,7 @@ def add_parsers(sub) -> None:
     serve.add_argument("--device", help="cpu | cuda | cuda:N")
     serve.add_argument("--no-warm", action="store_true",
                        help="do not prefill the cursor's prompt window ahead of requests (setting `warm`)")
-    remote = serve.add_argument_group("a shared inference server instead of local models (README: Teams)")
+    remote = serve.add_argument_group("a shared inference server instead of local models (docs/teams.md)")
     remote.add_argument("--backend", metavar="URL",
                         help="OpenAI-compatible server (vLLM, SGLang, llama.cpp): http://127.0.0.1:PORT, or https:// "
                              "for one on another machine")
