@@ -10,6 +10,7 @@ With no drafter this is plain decoding — the baseline every benchmark compares
 
 from __future__ import annotations
 
+import copy
 import enum
 import logging
 import threading
@@ -100,19 +101,40 @@ class SpeculativeDecoder:
         tokens = self._fit_prompt(list(prompt_ids), config, stats)
         generator = torch.Generator().manual_seed(config.seed) if config.seed is not None else None
         stream = TextStream(self.tokenizer, config.stop_strings) if self.tokenizer is not None else None
-        should_stop = cancel.is_set if cancel is not None else None
         answered = False  # on_deadline was called
+
+        def answer_now() -> None:
+            nonlocal answered
+            answered = True
+            on_deadline(self._result(output, stream, StopReason.DEADLINE, copy.deepcopy(stats), started))
+
+        def deadline_passed() -> bool:
+            """Checked between layers and prefill chunks as well as between passes, so that no
+            forward — a cold prompt's included — runs the answer past its budget."""
+            if config.deadline is None or answered or time.monotonic() < config.deadline:
+                return False
+            if on_deadline is None:
+                return True  # stop here: what is verified is the answer
+            answer_now()  # the forward and the decoding go on
+            return False
+
+        def should_stop() -> bool:
+            return (cancel is not None and cancel.is_set()) or deadline_passed()
+
+        def stopped() -> StopReason:
+            return StopReason.CANCELLED if cancel is not None and cancel.is_set() else StopReason.DEADLINE
+
         if self.drafter is not None:
             self.drafter.start(tokens, context_streams)
 
         output: list[int] = []
-        stop = self._prefill(tokens, config, should_stop, stats)
+        stop = None if self._prefill(tokens, config, should_stop, stats) else stopped()
         while stop is None:
             t0 = time.monotonic()
             try:
                 kept, token, draft = self.speculative_step(tokens, output, config, generator, should_stop, stats)
             except PassCancelled:
-                stop = StopReason.CANCELLED
+                stop = stopped()
                 break
             n = len(kept)
             new = [*kept, token]
@@ -135,7 +157,7 @@ class SpeculativeDecoder:
                     on_text(delta)
             if stop is None and len(output) >= config.max_new_tokens:
                 stop = StopReason.MAX_NEW_TOKENS
-            if stop is None and should_stop is not None and should_stop():
+            if stop is None and cancel is not None and cancel.is_set():
                 stop = StopReason.CANCELLED
             # The next pass is expected to take as long as the last one: answer now rather than late.
             deadline = config.deadline
@@ -143,8 +165,7 @@ class SpeculativeDecoder:
                 if on_deadline is None:
                     stop = StopReason.DEADLINE
                 else:
-                    on_deadline(self._result(output, stream, StopReason.DEADLINE, stats, started))
-                    answered = True
+                    answer_now()
 
         if stream is not None:
             tail = stream.finish()
@@ -183,9 +204,10 @@ class SpeculativeDecoder:
         stats.verify_ms += (time.monotonic() - t1) * 1000
         return kept, token, draft
 
-    def _prefill(self, tokens: list[int], config: GenerationConfig, should_stop, stats: DecodeStats) -> StopReason | None:
+    def _prefill(self, tokens: list[int], config: GenerationConfig, should_stop, stats: DecodeStats) -> bool:
         """Feed, in cancellable chunks, all the prompt the cache lacks but its last chunk (or its
-        last token, past `pass_prompt_tokens`), which the first pass feeds together with a draft."""
+        last token, past `pass_prompt_tokens`), which the first pass feeds together with a draft.
+        False when `should_stop` ended it first (the chunks fed so far stay cached)."""
         cached = self.kv.common_prefix(tokens)
         tail = min(len(tokens) - cached, config.prefill_chunk or len(tokens))
         if config.pass_prompt_tokens is not None and tail > config.pass_prompt_tokens:
@@ -193,7 +215,7 @@ class SpeculativeDecoder:
         done, fed = self.kv.feed_until(tokens, len(tokens) - max(tail, 1), should_stop, config.prefill_chunk)
         stats.prefill_tokens = fed + (len(tokens) - len(self.kv) if done else 0)  # the first pass feeds the rest
         stats.reused_tokens = len(self.kv) - fed
-        return None if done else StopReason.CANCELLED
+        return done
 
     def _result(self, output: list[int], stream: TextStream | None, stop: StopReason, stats: DecodeStats,
                 started: float) -> GenerationResult:

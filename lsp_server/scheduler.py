@@ -31,15 +31,18 @@ class Scheduler:
         self._background: set[threading.Event] = set()
 
     async def run(self, key: str, job: Callable[[threading.Event], T], *, is_stale: Callable[[], bool] = lambda: False,
-                  background: bool = False) -> T:
+                  background: bool = False, cancel: threading.Event | None = None,
+                  joins: threading.Event | None = None) -> T:
         """Run `job(cancel_flag)` on the worker; cancels the previous job with the same key.
 
-        A foreground job also cancels every background job; a background one is cancelled
-        by the next foreground job. Raises Superseded when the job never started, and
-        asyncio.CancelledError when the caller was cancelled ($/cancelRequest) — the job
-        itself is told to stop.
+        A foreground job also cancels every background job but the one it `joins` (a warm
+        feeding the prompt this job needs: it queues behind it instead of throwing its work
+        away); a background one is cancelled by the next foreground job. `cancel` is the
+        job's flag when the caller needs it before the job starts (to demote it). Raises
+        Superseded when the job never started, and asyncio.CancelledError when the caller was
+        cancelled ($/cancelRequest) — the job itself is told to stop.
         """
-        cancel = threading.Event()
+        cancel = cancel or threading.Event()
         previous = self._latest.get(key)
         if previous is not None:
             previous.set()
@@ -47,7 +50,7 @@ class Scheduler:
         if background:
             self._background.add(cancel)
         else:
-            self.cancel_background()
+            self.cancel_background(but=joins)
 
         def work() -> T:
             if cancel.is_set() or is_stale():
@@ -69,10 +72,16 @@ class Scheduler:
         """The job holding `cancel` has answered and goes on in the background."""
         self._background.add(cancel)
 
-    def cancel_background(self) -> None:
-        for flag in self._background:
+    def cancel_background(self, but: threading.Event | None = None) -> None:
+        for flag in self._background - {but}:
             flag.set()
-        self._background.clear()
+        self._background &= {but}
+
+    def cancel(self, key: str) -> None:
+        """Stop the job with this key, running or queued (its document was closed)."""
+        flag = self._latest.get(key)
+        if flag is not None:
+            flag.set()
 
     async def call(self, function: Callable[[], T]) -> T:
         """Run a plain function on the worker, in order with the jobs (loading models, switching drafters)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import threading
 import time
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -29,17 +30,34 @@ from lsp_server.warming import Warmer
 log = logging.getLogger(__name__)
 
 ACCEPT_COMMAND = "quickdraft.accepted"
+READY_NOTIFICATION = "quickdraft/completionReady"
 EMPTY = types.InlineCompletionList(items=[])
+# A request the engine has not answered this long before its budget ends is answered empty
+# by the event loop (the engine answers on its own between layers; this covers a request
+# still queued behind a warm it joined, or a worker slow to switch).
+LOOP_ANSWER_MARGIN_S = 0.005
 
 
 @dataclass
 class Shown:
-    """The last completion answered for a document: typing through it needs no model."""
+    """The last completion answered for a document: typing through it needs no model, and
+    once `complete` (its decode ended by itself, not by a deadline or a cancel) asking again at
+    the same spot needs none either."""
 
     prefix: str
     suffix: str
     text: str
     replace_after: int
+    complete: bool = False
+
+
+@dataclass(frozen=True)
+class Unanswered:
+    """What the event loop answers when the engine has not by the deadline: nothing yet."""
+
+    text: str = ""
+    replace_after: int = 0
+    stop_reason: str = "deadline"
 
 
 class CompletionService:
@@ -159,7 +177,8 @@ class CompletionService:
         typed_through = self.type_through(cursor)
         self.warmer.did_request(workspace, uri, cursor.position, model=typed_through is None)
         if typed_through is not None:
-            self.record(started, cursor, "typethrough", text=typed_through.text)
+            source = "kept" if typed_through.prefix == cursor.prefix else "typethrough"
+            self.record(started, cursor, source, text=typed_through.text)
             return self.items(document, cursor, typed_through.text, typed_through.replace_after)
 
         request = build_request(cursor, self.settings, workspace, received_at=started)
@@ -173,20 +192,24 @@ class CompletionService:
         loop = asyncio.get_running_loop()
         self.notify_progress("busy")
         answered: asyncio.Future = loop.create_future()
+        cancel = threading.Event()
 
-        def answer_early(partial, cancel) -> None:
+        def answer_early(partial) -> None:
             """The budget is spent: answer with what is verified; decoding goes on in the background."""
             self.scheduler.demote(cancel)
             loop.call_soon_threadsafe(self.answer, answered, started, cursor, partial)
 
         def job(cancel):
-            result = backend.complete(request, cancel=cancel, on_answer=lambda partial: answer_early(partial, cancel))
+            result = backend.complete(request, cancel=cancel, on_answer=answer_early)
             # Recorded from here, so runs cut short by $/cancelRequest are counted too.
             loop.call_soon_threadsafe(self.finished, answered, started, cursor, result, is_stale)
             return result
 
-        run = asyncio.ensure_future(self.scheduler.run(uri, job, is_stale=is_stale))
+        run = asyncio.ensure_future(self.scheduler.run(uri, job, is_stale=is_stale, cancel=cancel,
+                                                       joins=self.warmer.join(uri, cursor.position)))
         run.add_done_callback(lambda task: task.cancelled() or task.exception())  # retrieved if answered early
+        budget_s = self.settings.budget_ms / 1000 - LOOP_ANSWER_MARGIN_S
+        at_deadline = loop.call_at(started + budget_s, answer_early, Unanswered())
         try:
             await asyncio.wait({run, answered}, return_when=asyncio.FIRST_COMPLETED)
             result = answered.result() if answered.done() else run.result()
@@ -206,6 +229,8 @@ class CompletionService:
             self.error = f"completion failed: {type(error).__name__}: {error}"
             self.send_status("error", self.error)
             return EMPTY
+        finally:
+            at_deadline.cancel()
         if self.error:
             self.error = ""
             self.send_status("ready", "ready: completions work again")
@@ -213,18 +238,23 @@ class CompletionService:
             self.telemetry.count("stale")
             return EMPTY
         if not answered.done():  # an early answer set it already, and decoding on may have extended it
-            self.shown[uri] = Shown(cursor.prefix, cursor.suffix, result.text, result.replace_after)
+            self.shown[uri] = Shown(cursor.prefix, cursor.suffix, result.text, result.replace_after,
+                                    complete=result.stop_reason not in ("deadline", "cancelled"))
         return self.items(document, cursor, result.text, result.replace_after)
 
     def type_through(self, cursor: Cursor) -> Shown | None:
-        """When the user typed the start of the completion on screen, the rest is still right."""
+        """When the user typed the start of the completion on screen, the rest is still right;
+        at the very spot of a complete answer (a client asking again after the ready
+        notification), all of it is."""
         shown = self.shown.get(cursor.uri)
         if shown is None or not shown.text or cursor.suffix != shown.suffix:
             return None
         if not cursor.prefix.startswith(shown.prefix):
             return None
         typed = cursor.prefix[len(shown.prefix):]
-        if not typed or not shown.text.startswith(typed) or len(typed) >= len(shown.text):
+        if not typed:
+            return shown if shown.complete else None
+        if not shown.text.startswith(typed) or len(typed) >= len(shown.text):
             return None
         return replace(shown, text=shown.text[len(typed):])
 
@@ -245,7 +275,9 @@ class CompletionService:
             id=str(cursor.version), uri=cursor.uri, source=source,
             latency_ms=(time.monotonic() - started) * 1000, budget_ms=self.settings.budget_ms, text_chars=len(text),
         )
-        if result is not None:
+        if isinstance(result, Unanswered):
+            record.stop_reason = result.stop_reason
+        elif result is not None:
             stats = result.stats
             record.stop_reason = result.stop_reason
             record.prompt_tokens, record.prefill_tokens = stats.prompt_tokens, stats.prefill_tokens
@@ -269,12 +301,19 @@ class CompletionService:
             self.maybe_retune()
             self.notify_progress("ready")
             return
-        # Answered at the budget and decoded on: the longer text serves the next keystrokes.
+        # Answered at the budget and decoded on: the longer text serves the next keystrokes, and
+        # the client, told it is ready, asks again at the spot if the user is still there.
         self.telemetry.count("continued")
         shown = self.shown.get(cursor.uri)
         if (shown is not None and not is_stale() and (shown.prefix, shown.suffix) == (cursor.prefix, cursor.suffix)
                 and result.text.startswith(shown.text)):
-            self.shown[cursor.uri] = Shown(cursor.prefix, cursor.suffix, result.text, result.replace_after)
+            complete = result.stop_reason not in ("deadline", "cancelled")  # cancelled: the user moved on
+            self.shown[cursor.uri] = Shown(cursor.prefix, cursor.suffix, result.text, result.replace_after, complete)
+            if complete and len(result.text) > len(shown.text):
+                self.telemetry.count("ready")
+                self.notify(READY_NOTIFICATION, {
+                    "textDocument": {"uri": cursor.uri, "version": cursor.version},
+                    "position": {"line": cursor.position.line, "character": cursor.position.character}})
         self.maybe_retune()
 
     def notify_progress(self, state: str) -> None:
@@ -303,6 +342,7 @@ class CompletionService:
     # -- what the editor tells us -----------------------------------------------------
     def document_closed(self, uri: str) -> None:
         self.shown.pop(uri, None)
+        self.scheduler.cancel(uri)  # its request, or the decoding going on after its answer
 
     def item_shown(self, item_id: str) -> None:
         self.telemetry.did_show(item_id)

@@ -14,9 +14,10 @@ window while the user reads or moves:
 - when the server has been idle for IDLE_S (or the models just became ready) and a warm is
   still owed: it was cancelled, went stale, or arrived while the models were loading.
 
-A warm is a background job on the engine's worker: the next real request cancels it
-between two decoder layers, keeping the prefill chunks it finished, so the request
-feeds only the rest. It runs the backend's `warm` on the very request a completion at the
+A warm is a background job on the engine's worker: a request elsewhere cancels it
+between two decoder layers, keeping the prefill chunks it finished, so that request
+feeds only the rest; a request on the warm's own line joins it instead (queues behind
+it, answering at its deadline if the warm is still going, then ghost text follows). It runs the backend's `warm` on the very request a completion at the
 cursor would make (which also sets the typing anchor), so it never feeds anything the next
 request at that spot would not feed itself. There is one KV cache, so there is one warm
 at a time: a newer one supersedes the older.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections import OrderedDict, deque
 from dataclasses import asdict, dataclass
@@ -93,8 +95,9 @@ class Warmer:
         self.covered: Spot | None = None  # what the cache holds: the last finished warm or model request
         self.covered_by_request = False  # ... and it was a request (typing may have gone on from it)
         self.pending: Spot | None = None  # the warm in flight
+        self._pending_flag: threading.Event | None = None  # ... and its cancel flag
         self.records: deque[WarmRecord] = deque(maxlen=16)
-        self.counts = {"warmed": 0, "cancelled": 0, "superseded": 0, "error": 0, "skipped": 0}
+        self.counts = {"warmed": 0, "cancelled": 0, "superseded": 0, "error": 0, "skipped": 0, "joined": 0}
         self._debounce: asyncio.TimerHandle | None = None
         self._idle: asyncio.TimerHandle | None = None
         self._task: asyncio.Task | None = None
@@ -133,6 +136,14 @@ class Warmer:
             self.covered, self.covered_by_request = Spot(uri, position.line), True
             self._cancel_debounce()  # the request warms this spot itself
         self._restart_idle()
+
+    def join(self, uri: str, position: types.Position) -> threading.Event | None:
+        """The cancel flag of the warm in flight on this line, which a request here should queue
+        behind rather than cancel (its prompt starts with what the warm feeds); else None."""
+        if self.pending != Spot(uri, position.line) or self._pending_flag is None:
+            return None
+        self.counts["joined"] += 1
+        return self._pending_flag
 
     def engine_ready(self) -> None:
         """New models: their cache is empty, warm where the user is."""
@@ -196,9 +207,9 @@ class Warmer:
             return None
         # A jump: decoding on after the last answer served the spot the user has left.
         service.scheduler.cancel_background()
-        self.pending = spot
+        self.pending, self._pending_flag = spot, threading.Event()
         request = build_request(cursor, service.settings, self.workspace)
-        self._task = asyncio.ensure_future(self._warm(spot, request, version, trigger))
+        self._task = asyncio.ensure_future(self._warm(spot, request, version, trigger, self._pending_flag))
         return self._task
 
     def _typing_on(self, cursor: Cursor) -> bool:
@@ -224,7 +235,7 @@ class Warmer:
         return cursor, document.version
 
     # -- warming ------------------------------------------------------------------------
-    async def _warm(self, spot: Spot, request, version, trigger: str) -> None:
+    async def _warm(self, spot: Spot, request, version, trigger: str, cancel: threading.Event) -> None:
         service, backend = self.service, self.service.backend
         started = time.monotonic()
         record = WarmRecord(spot.uri, spot.line, trigger, "warmed")
@@ -239,7 +250,7 @@ class Warmer:
 
         try:
             record.fed_tokens, cancelled = await service.scheduler.run(WARM_KEY, job, is_stale=is_stale,
-                                                                       background=True)
+                                                                       background=True, cancel=cancel)
             if cancelled:
                 record.outcome = "cancelled"
         except Superseded:
@@ -252,7 +263,7 @@ class Warmer:
             log.exception("warming failed")
         finally:
             if self.pending == spot:
-                self.pending = None
+                self.pending = self._pending_flag = None
         record.ms = (time.monotonic() - started) * 1000
         self.counts[record.outcome] += 1
         self.records.append(record)

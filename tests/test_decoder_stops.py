@@ -98,8 +98,8 @@ def test_deadline_returns_the_verified_prefix(verifier, draft_models):
     drafter.action = lambda: setattr(config, "deadline", time.monotonic() - 1)
     result = decoder.generate([5, 6, 7], config)
     assert result.stop_reason == "deadline"
-    assert result.stats.verifier_passes == 4  # every pass drafts, the prompt's included
-    assert 4 <= len(result.token_ids) < 100
+    assert result.stats.verifier_passes == 3  # the 4th pass stopped at its first layer: none runs late
+    assert 3 <= len(result.token_ids) < 100
     assert result.token_ids == reference[: len(result.token_ids)]  # cut at a verified token
 
 
@@ -117,12 +117,44 @@ def test_a_pass_that_would_end_past_the_deadline_is_not_started(verifier):
     assert result.stats.verifier_passes == 3  # the slow third pass, no more
 
 
-def test_deadline_passed_during_the_prefill_gives_the_prompts_token_only(verifier):
+def test_a_deadline_already_passed_runs_no_forward(verifier):
     config = GenerationConfig(max_new_tokens=10, deadline=time.monotonic() - 1)
     result = SpeculativeDecoder(verifier, None).generate([1, 2], config)
-    full = SpeculativeDecoder(verifier, None).generate([1, 2], GenerationConfig(max_new_tokens=10))
-    assert result.stop_reason == "deadline" and result.token_ids == full.token_ids[:1]
-    assert result.stats.verifier_passes == 1  # the prompt's forward, already paid for
+    assert result.stop_reason == "deadline" and result.token_ids == []
+    assert result.stats.verifier_passes == 0
+
+
+def test_a_deadline_inside_a_prefill_stops_it_between_layers_and_keeps_the_chunks(verifier):
+    prompt = [(7 * i) % 60 + 1 for i in range(40)]
+    decoder = SpeculativeDecoder(verifier, None)
+    config = GenerationConfig(max_new_tokens=10, deadline=time.monotonic() + 3600, prefill_chunk=8)
+    # The deadline passes inside the third prefill chunk's first layer.
+    hook = verifier.model.layers[0].register_forward_pre_hook(
+        lambda module, args: setattr(config, "deadline", time.monotonic() - 1) if len(decoder.kv) >= 16 else None)
+    try:
+        result = decoder.generate(prompt, config)
+    finally:
+        hook.remove()
+    assert result.stop_reason == "deadline" and result.token_ids == [] and result.stats.verifier_passes == 0
+    assert len(decoder.kv) == 16  # the two chunks fed before it stay cached for the next request
+
+
+def test_answered_at_a_deadline_inside_the_prefill_the_decode_goes_on_to_the_same_output(verifier):
+    prompt = [(5 * i) % 60 + 1 for i in range(40)]
+    reference = SpeculativeDecoder(verifier, None).generate(prompt, GenerationConfig(max_new_tokens=12)).token_ids
+    decoder = SpeculativeDecoder(verifier, make_drafter("lookup"))
+    config = GenerationConfig(max_new_tokens=12, deadline=time.monotonic() + 3600, prefill_chunk=8)
+    answers = []
+    hook = verifier.model.layers[1].register_forward_pre_hook(
+        lambda module, args: setattr(config, "deadline", time.monotonic() - 1) if len(decoder.kv) >= 8 else None)
+    try:
+        result = decoder.generate(prompt, config, on_deadline=answers.append)
+    finally:
+        hook.remove()
+    assert len(answers) == 1  # answered once, between two layers of the second chunk
+    assert answers[0].token_ids == [] and answers[0].stop_reason == "deadline"
+    assert answers[0].stats.verifier_passes == 0
+    assert result.stop_reason == "max_new_tokens" and result.token_ids == reference
 
 
 def test_stop_string_cuts_the_text_before_it(text_model):

@@ -320,7 +320,8 @@ async def test_a_real_request_waits_for_at_most_one_layer_of_a_warm(session):
 @pytest.mark.parametrize("where", ["same spot", "elsewhere"])
 async def test_a_cancelled_warm_leaves_the_cache_exact(session, verifier, where):
     """The request after a warm cut short between layers decodes exactly what an engine gives
-    whose warm ran to its end: what the cancelled pass half-wrote is gone."""
+    whose warm ran to its end: what the cancelled pass half-wrote is gone. A request on the
+    warm's own line joins it instead (queues behind it): the same text, no work thrown away."""
     session.open()
     await session.wait_warms(1)
     target = DEEP if where == "same spot" else types.Position(line=300, character=4)
@@ -331,7 +332,8 @@ async def test_a_cancelled_warm_leaves_the_cache_exact(session, verifier, where)
         answer = await session.service.complete(session.workspace, params(URI, target))
     finally:
         log.remove()
-    assert session.warms(line=DEEP.line)[0].outcome == "cancelled"
+    assert session.warms(line=DEEP.line)[0].outcome == ("warmed" if where == "same spot" else "cancelled")
+    assert session.service.warmer.counts["joined"] == (where == "same spot")
     kv = session.service.engine.decoder.kv
     assert all(layer.keys.shape[-2] == len(kv) for layer in kv.cache.layers if layer.is_initialized)
 
