@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
@@ -72,6 +72,21 @@ class QuickdraftClient:
             self.statuses.append(status if isinstance(status, dict) else {})
             if self.statuses[-1].get("state") in ("ready", "error") and self._loaded is not None:
                 self._loaded.set()
+
+        # Called with (uri, version, position) when the server says a kept answer is ready.
+        self.on_ready: Callable[[str, int, types.Position], None] | None = None
+
+        @self.client.feature("quickdraft/completionReady")
+        def on_completion_ready(ls, params) -> None:
+            data = plain_data(params)
+            try:
+                uri, version = data["textDocument"]["uri"], data["textDocument"]["version"]
+                position = types.Position(line=data["position"]["line"], character=data["position"]["character"])
+            except (KeyError, TypeError):
+                log.warning("malformed quickdraft/completionReady: %r", data)
+                return
+            if self.on_ready is not None:
+                self.on_ready(uri, version, position)
 
         @self.client.feature(types.WINDOW_LOG_MESSAGE)
         def on_log(ls, params) -> None:

@@ -217,3 +217,29 @@ def test_session_bench_end_to_end_through_the_server(tiny_model_dir, tiny_draft_
             assert server["prefill_tokens"] <= server["prompt_tokens"]
             assert server["emitted"] >= server["verifier_passes"]
     assert result["modes"][0]["name"] == "hybrid" and result["environment"]["cpu"]
+
+
+def test_session_bench_jump_scenario_follows_ready_notifications(tiny_model_dir, tmp_path):
+    """A 1 ms budget answers every model request empty at its deadline; the typist asks again on
+    quickdraft/completionReady, as the editor clients do, and the kept answer is ghost text."""
+    source = tmp_path / "module.py"
+    source.write_text(MODULE)
+    out = tmp_path / "jump"
+    code = cli_main(["bench", "session", str(source), "--verifier", str(tiny_model_dir), "--draft", "none",
+                     "--drafter", "lookup", "--dtype", "float32", "--files", "1", "--holes-per-file", "2",
+                     "--max-hole-chars", "80", "--cps", "25", "--debounce-ms", "20", "--line-pause-ms", "600",
+                     "--jump-rest-ms", "50", "--budget-ms", "1", "--max-new-tokens", "8", "--out", str(out),
+                     "--no-progress"])
+    assert code == 0
+    result = json.loads((out / "session.json").read_text())
+    requests = result["requests"]
+    ready = [r for r in requests if r["trigger"] == "ready" and r["status"] == "answered"]
+    assert ready and result["ready_requests"] >= len(ready)
+    # Asked again at the very spot and version of an earlier, empty answer.
+    for r in ready:
+        assert any(q["trigger"] == "typing" and (q["version"], q["line"], q["character"]) ==
+                   (r["version"], r["line"], r["character"]) for q in requests)
+    assert any((r["server"] or {}).get("source") == "kept" and r["shown"] for r in ready)
+    assert result["jumps"] == 2
+    first = result["first_ghost_text_after_jump_s"]
+    assert 1 <= first["n"] <= 2 and first["p50"] > 0

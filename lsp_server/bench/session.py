@@ -57,6 +57,10 @@ class SessionBenchConfig:
     # The user pauses where a line's code starts (after Enter and the indentation), and at the
     # empty body right after deleting it: where a multi-line suggestion is most useful.
     line_pause_ms: float = 1000.0
+    # How long the user looks at a body after jumping to it, before deleting it (None:
+    # line_pause_ms). The jump scenario rests 300 ms: the first request after a jump then
+    # finds the prompt still cold, as it is when a user jumps and types at once.
+    jump_rest_ms: float | None = None
     # A patient user waits at those pauses until the suggestion arrives (at most settle_ms): on a
     # slow machine this is the only way to measure latency and quality at all.
     patient: bool = False
@@ -91,6 +95,8 @@ class RequestRecord:
     character: int
     typed: int  # characters of the hole typed so far
     sent_s: float  # seconds since the session started
+    trigger: str = "typing"  # typing | ready (asked again after quickdraft/completionReady)
+    answered_s: float | None = None  # seconds since the session started
     status: str = "pending"  # answered | cancelled | error
     latency_ms: float | None = None
     shown: str = ""  # the first item's insertText ("" when the server answered nothing)
@@ -152,6 +158,15 @@ class Typist:
         self.hole_index = hole_index
         self.pending: asyncio.Task | None = None  # debounce timer + request in flight
         self.in_flight: tuple[str, RequestRecord] | None = None
+        self.at: tuple[int, types.Position, int] | None = None  # (version, cursor, characters typed) now
+
+    def ready(self, uri: str, version: int, position: types.Position) -> None:
+        """quickdraft/completionReady: ask again, as the editor clients do, if the user is still there."""
+        if self.at is None or (uri, version, position) != (self.uri, *self.at[:2]):
+            return
+        if self.pending is not None and not self.pending.done():
+            return  # a request for this spot is on its way already
+        self.pending = asyncio.ensure_future(self.trigger(version, self.at[2], trigger="ready"))
 
     async def interrupt(self) -> None:
         """A key was pressed: drop the debounce timer and cancel the request in flight."""
@@ -168,15 +183,16 @@ class Typist:
                 pass
         self.pending = None
 
-    async def trigger(self, version: int, typed: int) -> None:
-        await asyncio.sleep(self.session.config.debounce_ms / 1000)
+    async def trigger(self, version: int, typed: int, trigger: str = "typing") -> None:
+        if trigger == "typing":
+            await asyncio.sleep(self.session.config.debounce_ms / 1000)
         session = self.session
         before = self.hole.prefix + self.hole.middle[:typed]
         position = position_after(before)
         record = RequestRecord(
             session=session.name, file=self.hole.path, hole=self.hole_index, version=version, line=position.line,
             character=position.character, typed=typed, sent_s=round(time.monotonic() - session.started, 3),
-            expected=self.hole.middle[typed:],
+            trigger=trigger, expected=self.hole.middle[typed:],
         )
         session.records.append(record)
         sent = time.monotonic()
@@ -197,6 +213,7 @@ class Typist:
             return
         self.in_flight = None
         record.latency_ms = round((time.monotonic() - sent) * 1000, 2)
+        record.answered_s = round(time.monotonic() - session.started, 3)
         record.status = "answered"
         items = result.items if isinstance(result, types.InlineCompletionList) else (result or [])
         if items:
@@ -233,8 +250,12 @@ class Typist:
         # The user moves the cursor to the body (the editor clients say so: the server warms
         # there) and looks at it for a moment before deleting it.
         session.client.cursor(self.uri, position_after(hole.prefix))
-        await asyncio.sleep(config.line_pause_ms / 1000)
+        session.jumps.append({"file": hole.path, "hole": self.hole_index,
+                              "jump_s": round(time.monotonic() - session.started, 3)})
+        rest_ms = config.line_pause_ms if config.jump_rest_ms is None else config.jump_rest_ms
+        await asyncio.sleep(rest_ms / 1000)
         session.client.change(self.uri, version, position_after(hole.prefix), position_after(hole.prefix + hole.middle), "")
+        self.at = (version, position_after(hole.prefix), 0)
         # Deleting is an edit too: the editor asks for a suggestion on the empty body.
         self.pending = asyncio.ensure_future(self.trigger(version, 0))
         await self.pause()
@@ -243,6 +264,7 @@ class Typist:
             version += 1
             here = position_after(hole.prefix + hole.middle[: typed - 1])
             session.client.change(self.uri, version, here, here, char)
+            self.at = (version, position_after(hole.prefix + hole.middle[:typed]), typed)
             self.pending = asyncio.ensure_future(self.trigger(version, typed))
             session.typed_chars += 1
             if session.bar is not None:
@@ -253,7 +275,8 @@ class Typist:
                 await self.pause()  # at the first character of a new line's code
             else:
                 await asyncio.sleep(1 / config.typing_cps)
-        await self.interrupt()  # the user moves on: whatever is in flight is cancelled
+        self.at = None  # the user moves on: whatever is in flight is cancelled, ready or not
+        await self.interrupt()
         return version
 
 
@@ -267,6 +290,7 @@ class SessionRun:
         self.log_file = (out / f"server-{self.name}.log") if out else None
         self.client = QuickdraftClient("quickdraft-bench")
         self.records: list[RequestRecord] = []
+        self.jumps: list[dict] = []  # {file, hole, jump_s}: when the cursor jumped to each body
         self.stats_tasks: list[asyncio.Task] = []
         self.typed_chars = 0
         self.started = time.monotonic()
@@ -316,7 +340,9 @@ class SessionRun:
                     for index, hole in enumerate(holes):
                         if self.printer is not None:
                             self.printer.hole(path, hole)
-                        version = await Typist(self, uri, hole, index).type_hole(version)
+                        typist = Typist(self, uri, hole, index)
+                        self.client.on_ready = typist.ready
+                        version = await typist.type_hole(version)
                     self.client.close(uri)
             self.bar = None
             await asyncio.gather(*self.stats_tasks, return_exceptions=True)

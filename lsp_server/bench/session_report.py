@@ -60,10 +60,27 @@ def summarize(run: SessionRun) -> dict:
         "tau": round(emitted / passes, 4) if passes else None,
         "draft_acceptance": round(accepted / drafted, 4) if drafted else None,
         "stop_reasons": _count(s.get("stop_reason", "") for s in server_model),
+        "ready_requests": sum(r.trigger == "ready" for r in records),
+        "kept_requests": sum((r.server or {}).get("source") == "kept" for r in answered),
+        "first_ghost_text_after_jump_s": spread(first_ghost_text_after_jumps(run)),
+        "jumps": len(run.jumps),
         "load_s": round(getattr(run, "load_s", 0.0), 1),
         "server_status": run.status.get("message"),
         "server_stats": {k: v for k, v in (run.final_stats or {}).items() if k != "recent"},
     }
+
+
+def first_ghost_text_after_jumps(run: SessionRun) -> list[float]:
+    """Per jump to a body, seconds until the first non-empty ghost text there (jumps that saw
+    none before the user moved on are left out; `jumps` in the summary counts them all)."""
+    times = []
+    for jump in run.jumps:
+        shown = [r.answered_s for r in run.records
+                 if (r.file, r.hole) == (jump["file"], jump["hole"]) and r.status == "answered" and r.shown
+                 and r.answered_s is not None]
+        if shown:
+            times.append(round(min(shown) - jump["jump_s"], 3))
+    return times
 
 
 def summarize_editors(runs: Sequence[SessionRun]) -> dict:
@@ -95,16 +112,19 @@ def environment() -> dict:
 
 
 def format_table(result: dict) -> str:
-    header = ("session", "requests", "answered", "p50 ms", "p90 ms", "p99 ms", "in budget", "shown", "exact",
-              "acc chars", "τ", "prefill")
+    header = ("session", "requests", "answered", "p50 ms", "p90 ms", "p99 ms", "max ms", "model p50", "in budget",
+              "shown", "exact", "acc chars", "τ", "prefill", "ready", "jump→text p50/p90 s")
     rows = [header]
 
     for s in result["modes"]:
-        lat = s["latency_ms"]
+        lat, first = s["latency_ms"], s.get("first_ghost_text_after_jump_s") or {}
         rows.append((s["name"], str(s["request_count"]), str(s["answered"]), fmt(lat["p50"]), fmt(lat["p90"]),
-                     fmt(lat["p99"]), fmt(s["within_budget"], 0, "%", 100), fmt(s["shown_rate"], 0, "%", 100),
+                     fmt(lat["p99"]), fmt(lat["max"]), fmt(s["latency_ms_model"]["p50"]),
+                     fmt(s["within_budget"], 0, "%", 100), fmt(s["shown_rate"], 0, "%", 100),
                      fmt(s["exact_match_rate"], 0, "%", 100), fmt(s["accepted_chars_per_request"], 1),
-                     fmt(s["tau"], 2), fmt(s["prefill_tokens"]["p50"])))
+                     fmt(s["tau"], 2), fmt(s["prefill_tokens"]["p50"]), str(s.get("ready_requests", 0)),
+                     f"{fmt(first.get('p50'), 2)}/{fmt(first.get('p90'), 2)} "
+                     f"({first.get('n', 0)} of {s.get('jumps', 0)})"))
     config = result["config"]
     typing = f"{config['typing_cps']} chars/s, debounce {config['debounce_ms']:.0f} ms"
     return "\n".join([*text_table(rows), f"{machine_line(result['environment'])}; {typing}"])

@@ -70,6 +70,9 @@ def add_parsers(sub) -> None:
     session.add_argument("--debounce-ms", type=float, help="pause before an automatic request (default 75, like VS Code)")
     session.add_argument("--line-pause-ms", type=float,
                          help="the user's pause where a line's code starts and at the emptied body (default 1000)")
+    session.add_argument("--jump-rest-ms", type=float,
+                         help="how long the user looks at a body after jumping to it before typing "
+                              "(default: --line-pause-ms; the jump scenario: 300)")
     session.add_argument("--patient", action="store_true",
                          help="at those pauses, wait until the suggestion arrives (for slow machines)")
     session.add_argument("--budget-ms", type=float, help="server latency budget (default: the server's, 200)")
@@ -245,6 +248,7 @@ def run_session(args: argparse.Namespace) -> int:
         typing_cps=_pick(args.cps, False, None, defaults.typing_cps),
         debounce_ms=_pick(args.debounce_ms, False, None, defaults.debounce_ms),
         line_pause_ms=_pick(args.line_pause_ms, False, None, defaults.line_pause_ms), patient=args.patient,
+        jump_rest_ms=args.jump_rest_ms,
         seed=args.seed, verifier=args.verifier, draft=args.draft, drafters=tuple(args.drafter or [None]),
         dtype=args.dtype, device=args.device, budget_ms=args.budget_ms, max_new_tokens=args.max_new_tokens,
         adaptive_drafting=False if args.no_adaptive_drafting else None, progress=not args.no_progress,
