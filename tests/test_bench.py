@@ -243,3 +243,20 @@ def test_session_bench_jump_scenario_follows_ready_notifications(tiny_model_dir,
     assert result["jumps"] == 2
     first = result["first_ghost_text_after_jump_s"]
     assert 1 <= first["n"] <= 2 and first["p50"] > 0
+
+
+def test_a_patient_typist_waits_for_the_ready_answer(tiny_model_dir, tmp_path):
+    source = tmp_path / "module.py"
+    source.write_text(MODULE)
+    out = tmp_path / "patient"
+    code = cli_main(["bench", "session", str(source), "--verifier", str(tiny_model_dir), "--draft", "none",
+                     "--drafter", "lookup", "--dtype", "float32", "--files", "1", "--holes-per-file", "1",
+                     "--max-hole-chars", "80", "--cps", "25", "--debounce-ms", "20", "--line-pause-ms", "0",
+                     "--patient", "--jump-rest-ms", "0", "--budget-ms", "1", "--max-new-tokens", "8",
+                     "--out", str(out), "--no-progress"])
+    assert code == 0
+    requests = json.loads((out / "session.json").read_text())["requests"]
+    # No pause of its own: only waiting for the ready notification gets the emptied body its answer.
+    first, second = requests[0], requests[1]
+    assert first["typed"] == 0 and first["shown"] == "" and first["trigger"] == "typing"
+    assert second["typed"] == 0 and second["trigger"] == "ready" and second["shown"]

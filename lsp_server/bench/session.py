@@ -234,14 +234,31 @@ class Typist:
         """The user stops typing for a moment (or, if patient, until the suggestion arrives)."""
         config = self.session.config
         started = time.monotonic()
-        if config.patient and self.pending is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(self.pending), config.settle_ms / 1000)
-            except asyncio.TimeoutError:
-                pass
+        if config.patient:
+            await self.settle(started + config.settle_ms / 1000)
         rest = config.line_pause_ms / 1000 - (time.monotonic() - started)
         if rest > 0:
             await asyncio.sleep(rest)
+
+    async def settle(self, until: float) -> None:
+        """Wait for the suggestion here: the answer, and when that came empty at its deadline,
+        the answer to asking again after quickdraft/completionReady."""
+        session = self.session
+        while self.pending is not None and time.monotonic() < until:
+            task = self.pending
+            try:
+                await asyncio.wait_for(asyncio.shield(task), until - time.monotonic())
+            except asyncio.TimeoutError:
+                return
+            record = session.records[-1]
+            if record.shown or record.status != "answered":
+                return
+            await session.client.stats()
+            server = session.client.server_records.get((self.uri, str(record.version))) or {}
+            if server.get("stop_reason") != "deadline":
+                return  # the model's answer here is empty: no notification will come
+            while self.pending is task and time.monotonic() < until:
+                await asyncio.sleep(0.02)  # until the notification's re-ask starts
 
     async def type_hole(self, start_version: int) -> int:
         """Delete the hole, then type it back; returns the document's last version."""
