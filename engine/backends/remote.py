@@ -30,7 +30,7 @@ from engine.backends.base import BackendError, Health, HealthCallback, TextCallb
 from engine.backends.connection import IoThread, check_url, http_error_message, make_client, transport_message
 from engine.backends.remote_prompt import PromptRenderer, family_for, load_tokenizer
 from engine.backends.wire import completions_body, decode_stats, infill_body, parse_event, parse_metrics
-from engine.completion import CompletionRequest, CompletionResult
+from engine.completion import ANSWER_MARGIN_S, CompletionRequest, CompletionResult
 from engine.decoder import StopReason
 from engine.errors import ModelError
 from engine.postprocess import postprocess, stop_strings_for
@@ -173,7 +173,8 @@ class RemoteBackend:
         multiline = request.multiline
         if multiline is None:
             multiline = decide_multiline(request.prefix, request.suffix, language)
-        deadline = budget_start + request.budget_ms / 1000 if request.budget_ms else None
+        # Like the local engine: the answer leaves a little before the budget ends, for the reply.
+        deadline = budget_start + request.budget_ms / 1000 - ANSWER_MARGIN_S if request.budget_ms else None
         # Without a budget, or when decoding goes on after the budget's answer, the stream still
         # ends: at the longest any request may take.
         until = deadline if deadline is not None and on_answer is None else started + self.config.request_timeout_s
