@@ -86,3 +86,18 @@ async def test_no_ready_for_a_version_that_changed_or_a_closed_document(services
     assert await complete(quick, editor, URI, LINE, CHARACTER + 1) == []
     await until(lambda: ready(editor), "the ready notification")
     assert ready(editor)[0]["textDocument"] == {"uri": URI, "version": 2}
+
+
+async def test_fifty_jumps_a_second_warm_once_and_a_request_still_answers(services):
+    (quick, editor), _ = services
+    editor.open(URI, TEXT)
+    for line in range(50):
+        quick.warmer.did_change_cursor(editor.workspace, {"textDocument": {"uri": URI},
+                                                          "position": {"line": line, "character": 0}})
+        await asyncio.sleep(0.02)
+    warms = quick.warmer.counts
+    await until(lambda: warms["warmed"] + warms["cancelled"] >= 1 and quick.warmer.pending is None, "the warm")
+    assert warms["warmed"] + warms["cancelled"] + warms["superseded"] == 1  # the cursor's last rest only
+    assert quick.warmer.records[-1].line == 49
+    assert await complete(quick, editor, URI, LINE, CHARACTER) == []  # 1 ms: in time, and nothing verified
+    await until(lambda: ready(editor), "the ready notification")
