@@ -32,11 +32,10 @@ log = logging.getLogger(__name__)
 ACCEPT_COMMAND = "quickdraft.accepted"
 READY_NOTIFICATION = "quickdraft/completionReady"
 EMPTY = types.InlineCompletionList(items=[])
-# A request the engine has not answered this long before its budget ends is answered empty
-# by the event loop (the engine answers on its own between layers; this covers a request
-# still queued behind a warm it joined, or a worker slow to switch).
-# 8 ms: the reply's trip to the client (5 ms left 2 of 21 answers 1–2 ms late there), and after
-# the backends' own answer (engine.completion.ANSWER_MARGIN_S, 10 ms), which says what is verified.
+# A request the backend has not answered this long before its budget ends is answered empty
+# by the event loop: one still queued behind the warm it joined, or a worker slow to switch.
+# After the backends' own answer (ANSWER_MARGIN_S, 10 ms: it has what is verified), and enough
+# for the reply's trip to the client (at 5 ms, 2 of 21 answers there were 1–2 ms late).
 LOOP_ANSWER_MARGIN_S = 0.008
 
 
