@@ -50,6 +50,13 @@ def serve_args(**flags: Any) -> list[str]:
     return args
 
 
+def server_key(uri: str, version, *, kept: bool = False) -> tuple[str, str]:
+    """Where `server_records` keeps the server's record of a request: by document version, and
+    apart for an answer served kept (asked again at the same version after completionReady),
+    which must not hide the model's record of the first request."""
+    return uri, f"{version}/kept" if kept else str(version)
+
+
 class QuickdraftClient:
     """One `quickdraft serve` subprocess and the pygls client talking to it.
 
@@ -179,7 +186,8 @@ class QuickdraftClient:
         result = result if isinstance(result, dict) else {}
         for record in result.get("recent") or []:
             if isinstance(record, dict):
-                self.server_records[(record.get("uri", ""), str(record.get("id", "")))] = record
+                self.server_records[server_key(record.get("uri", ""), record.get("id", ""),
+                                               kept=record.get("source") == "kept")] = record
         return result
 
     async def execute_command(self, command: types.Command) -> Any:

@@ -31,7 +31,7 @@ from lsprotocol import types
 from engine.bench.common import load_average
 from engine.bench.corpus import Hole, body_holes, default_corpus, display_path, expand_paths, read_source
 from lsp_server.bench.session_report import environment, summarize, summarize_editors
-from lsp_server.client import QuickdraftClient, position_after, serve_args
+from lsp_server.client import QuickdraftClient, position_after, serve_args, server_key
 
 log = logging.getLogger(__name__)
 
@@ -320,7 +320,7 @@ class SessionRun:
         self.warm_up_server: dict | None = None  # the server's record of it
 
     def print_answer(self, record: RequestRecord, uri: str) -> None:
-        record.server = self.client.server_records.get((uri, str(record.version)))
+        record.server = self.client.server_records.get(server_key(uri, record.version, kept=record.trigger == "ready"))
         self.printer.answer(record)
 
     def serve_args(self) -> list[str]:
@@ -365,7 +365,8 @@ class SessionRun:
             await asyncio.gather(*self.stats_tasks, return_exceptions=True)
             self.final_stats = await self.client.stats()
             for record in self.records:
-                record.server = self.client.server_records.get((f"file:///bench/{record.file}", str(record.version)))
+                record.server = self.client.server_records.get(
+                    server_key(f"file:///bench/{record.file}", record.version, kept=record.trigger == "ready"))
         finally:
             await self.client.stop()
 
