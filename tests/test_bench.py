@@ -219,19 +219,23 @@ def test_session_bench_end_to_end_through_the_server(tiny_model_dir, tiny_draft_
     assert result["modes"][0]["name"] == "hybrid" and result["environment"]["cpu"]
 
 
+def one_ms_session(model_dir, tmp_path, *flags: str) -> dict:
+    """`bench session` on one file with a 1 ms budget (every model answer empty at its deadline)."""
+    source = tmp_path / "module.py"
+    source.write_text(MODULE)
+    out = tmp_path / "one-ms"
+    assert cli_main(["bench", "session", str(source), "--verifier", str(model_dir), "--draft", "none",
+                     "--drafter", "lookup", "--dtype", "float32", "--files", "1", "--max-hole-chars", "80",
+                     "--cps", "25", "--debounce-ms", "20", "--budget-ms", "1", "--max-new-tokens", "8",
+                     "--out", str(out), "--no-progress", *flags]) == 0
+    return json.loads((out / "session.json").read_text())
+
+
 def test_session_bench_jump_scenario_follows_ready_notifications(tiny_model_dir, tmp_path):
     """A 1 ms budget answers every model request empty at its deadline; the typist asks again on
     quickdraft/completionReady, as the editor clients do, and the kept answer is ghost text."""
-    source = tmp_path / "module.py"
-    source.write_text(MODULE)
-    out = tmp_path / "jump"
-    code = cli_main(["bench", "session", str(source), "--verifier", str(tiny_model_dir), "--draft", "none",
-                     "--drafter", "lookup", "--dtype", "float32", "--files", "1", "--holes-per-file", "2",
-                     "--max-hole-chars", "80", "--cps", "25", "--debounce-ms", "20", "--line-pause-ms", "600",
-                     "--jump-rest-ms", "50", "--budget-ms", "1", "--max-new-tokens", "8", "--out", str(out),
-                     "--no-progress"])
-    assert code == 0
-    result = json.loads((out / "session.json").read_text())
+    result = one_ms_session(tiny_model_dir, tmp_path, "--holes-per-file", "2", "--line-pause-ms", "600",
+                            "--jump-rest-ms", "50")
     requests = result["requests"]
     ready = [r for r in requests if r["trigger"] == "ready" and r["status"] == "answered"]
     assert ready and result["ready_requests"] >= len(ready)
@@ -246,16 +250,8 @@ def test_session_bench_jump_scenario_follows_ready_notifications(tiny_model_dir,
 
 
 def test_a_patient_typist_waits_for_the_ready_answer(tiny_model_dir, tmp_path):
-    source = tmp_path / "module.py"
-    source.write_text(MODULE)
-    out = tmp_path / "patient"
-    code = cli_main(["bench", "session", str(source), "--verifier", str(tiny_model_dir), "--draft", "none",
-                     "--drafter", "lookup", "--dtype", "float32", "--files", "1", "--holes-per-file", "1",
-                     "--max-hole-chars", "80", "--cps", "25", "--debounce-ms", "20", "--line-pause-ms", "0",
-                     "--patient", "--jump-rest-ms", "0", "--budget-ms", "1", "--max-new-tokens", "8",
-                     "--out", str(out), "--no-progress"])
-    assert code == 0
-    requests = json.loads((out / "session.json").read_text())["requests"]
+    requests = one_ms_session(tiny_model_dir, tmp_path, "--holes-per-file", "1", "--line-pause-ms", "0",
+                              "--patient", "--jump-rest-ms", "0")["requests"]
     # No pause of its own: only waiting for the ready notification gets the emptied body its answer.
     first, second = requests[0], requests[1]
     assert first["typed"] == 0 and first["shown"] == "" and first["trigger"] == "typing"

@@ -124,6 +124,16 @@ async def patient_answer(patient, patient_editor: Editor, uri: str, line: int, c
     return expected
 
 
+async def answered_empty_then_held(quick, editor: Editor) -> tuple["Results", "Gate"]:
+    """Open the file, ask (answered empty at the 1 ms deadline), and hold the background decode
+    inside its next forward: what the test does then lands while the work is in flight."""
+    results, gate = Results(quick.engine), Gate(quick.engine)
+    editor.open(URI, TEXT)
+    assert await complete(quick, editor, URI, LINE, CHARACTER) == []
+    await until(gate.entered.is_set, "the background decode to be in a forward")
+    return results, gate
+
+
 def be_patient(service) -> None:
     """From now on the quick server has all the time it wants (its kept answers stay)."""
     service.settings = replace(service.settings, budget_ms=PATIENT_MS)
@@ -151,12 +161,8 @@ async def test_a_cold_file_is_answered_in_time_then_ready_with_the_late_answers_
 
 async def test_no_ready_for_a_version_that_changed_and_the_new_version_runs_the_model(services):
     (quick, editor), (patient, patient_editor) = services
-    results = Results(quick.engine)
-    gate = Gate(quick.engine)
+    results, gate = await answered_empty_then_held(quick, editor)
     try:
-        editor.open(URI, TEXT)
-        assert await complete(quick, editor, URI, LINE, CHARACTER) == []
-        await until(gate.entered.is_set, "the background decode to be in a forward")
         editor.type(URI, LINE, CHARACTER, "a")  # the user typed on while the answer was decoded
         gate.released.set()
         await until(lambda: quick.telemetry.counts.get("continued"), "the background decode to end")
@@ -181,12 +187,8 @@ async def test_no_ready_for_a_version_that_changed_and_the_new_version_runs_the_
 
 async def test_closing_the_document_cancels_its_background_decode(services):
     (quick, editor), (patient, patient_editor) = services
-    results = Results(quick.engine)
-    gate = Gate(quick.engine)
+    results, gate = await answered_empty_then_held(quick, editor)
     try:
-        editor.open(URI, TEXT)
-        assert await complete(quick, editor, URI, LINE, CHARACTER) == []
-        await until(gate.entered.is_set, "the background decode to be in a forward")
         quick.document_closed(URI)  # what the didClose handler does
         quick.warmer.did_close(URI)
         editor.workspace.remove_text_document(URI)
