@@ -203,6 +203,7 @@ class CompletionService:
             loop.call_soon_threadsafe(self.answer, answered, started, cursor, partial)
 
         def job(cancel):
+            job_started.set()
             result = backend.complete(request, cancel=cancel, on_answer=answer_early)
             # Recorded from here, so runs cut short by $/cancelRequest are counted too.
             loop.call_soon_threadsafe(self.finished, answered, started, cursor, result, is_stale)
@@ -211,8 +212,19 @@ class CompletionService:
         run = asyncio.ensure_future(self.scheduler.run(uri, job, is_stale=is_stale, cancel=cancel,
                                                        joins=self.warmer.join(uri, cursor.position)))
         run.add_done_callback(lambda task: task.cancelled() or task.exception())  # retrieved if answered early
-        budget_s = self.settings.budget_ms / 1000 - LOOP_ANSWER_MARGIN_S
-        at_deadline = loop.call_at(started + budget_s, answer_early, Unanswered())
+        budget_s = self.settings.budget_ms / 1000
+
+        def answer_at_deadline() -> None:
+            """A job still queued is answered empty now; a running one answers what it verified
+            itself (between layers, or as its stream stands), and the loop only at the budget's end."""
+            nonlocal at_deadline
+            if job_started.is_set() and loop.time() < started + budget_s:
+                at_deadline = loop.call_at(started + budget_s, answer_early, Unanswered())
+            else:
+                answer_early(Unanswered())
+
+        job_started = threading.Event()
+        at_deadline = loop.call_at(started + budget_s - LOOP_ANSWER_MARGIN_S, answer_at_deadline)
         try:
             await asyncio.wait({run, answered}, return_when=asyncio.FIRST_COMPLETED)
             result = answered.result() if answered.done() else run.result()
