@@ -232,8 +232,7 @@ class RemoteBackend:
         stream = _Stream()
         future = self._io.submit(self._read(path, body, until, stream, on_text))
         while True:
-            # Woken at the deadline itself: this answer (what streamed) must beat the event loop's empty one.
-            wait = CANCEL_POLL_S if answer_at_deadline is None else max(
+            wait = CANCEL_POLL_S if answer_at_deadline is None else max(  # woken at the deadline itself
                 0.0, min(CANCEL_POLL_S, answer_at_deadline[0] - time.monotonic()))
             try:
                 future.result(timeout=wait)
