@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 import torch
 
 from engine.anchor import Anchor, typed_since
+from engine.crossfile import CrossFileContext, tokenizer_counter
 from engine.decoder import GenerationConfig, GenerationResult, OnDeadline, SpeculativeDecoder, StopReason
 from engine.drafters import DrafterConfig, make_drafter
 from engine.errors import ModelError, PromptError
@@ -105,6 +106,7 @@ class CompletionEngine:
         self._last_output: dict[str, list[int]] = {}  # per document path: the last completion's tokens
         self.default_budget = context_budget or ContextBudget()
         self._context_budget = self.default_budget
+        self.crossfile = CrossFileContext(tokenizer_counter(self.tokenizer))  # other documents' snippets
         self._heal = True  # token healing (engine.healing); the quality bench turns it off to compare
         # Static KV cache + CUDA graphs on CUDA (captured here, at load), the dynamic cache on a CPU.
         self._new_cache = cache_factory(verifier.device)
@@ -195,6 +197,7 @@ class CompletionEngine:
         """Anchors and prefix windows were cut under other prompt settings: the next prompts start afresh."""
         self._anchors.clear()
         self._window_starts.clear()
+        self.crossfile.forget()
 
     @property
     def template(self) -> FimTemplate:
@@ -391,16 +394,18 @@ class CompletionEngine:
         """
         budget = self.context_budget
         key = request.path or ""
+        documents = self.crossfile.documents(request.path, request.prefix, request.other_documents,
+                                             budget.other_documents_tokens)
         start = self._window_starts.get(key)
         if start is not None and 0 < start <= len(request.prefix):
             stretched = replace(budget, prefix_tokens=budget.prefix_tokens * 5 // 4)
             parts = build_prompt(self.tokenizer, self.template, request.prefix[start:], request.suffix,
-                                 path=request.path, other_documents=request.other_documents, budget=stretched,
+                                 path=request.path, other_documents=documents, budget=stretched,
                                  heal=self.heal)
             if not parts.prefix_truncated:
                 return self._with_lookup_streams(parts, request)
         parts = build_prompt(self.tokenizer, self.template, request.prefix, request.suffix, path=request.path,
-                             other_documents=request.other_documents, budget=budget, heal=self.heal)
+                             other_documents=documents, budget=budget, heal=self.heal)
         if parts.prefix_truncated:
             self._window_starts[key] = len(request.prefix) - len(parts.prefix)
         else:

@@ -16,7 +16,7 @@ from engine.completion import CompletionRequest
 from engine.modes import multiline_flag
 from lsp_server.settings import Settings
 
-MAX_OTHER_DOCUMENTS = 8
+MAX_OTHER_DOCUMENTS = 12
 MAX_OTHER_DOCUMENT_CHARS = 200_000  # larger open files are not worth a prompt slot
 BINARY_PROBE_CHARS = 16_384
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -73,17 +73,24 @@ def looks_binary(cursor: Cursor) -> bool:
 
 
 def other_documents(workspace, current_uri: str) -> list[tuple[str, str]]:
-    """Other open text documents worth showing the model, small ones first."""
+    """Other documents worth showing the model, most relevant first: the recently edited ones (open,
+    or closed since), then the other open ones. The engine picks snippets of them (engine/crossfile.py)."""
+    recent = list(reversed(getattr(workspace, "recent_edits", {})))
+    open_documents = dict(workspace.text_documents)
+    closed = getattr(workspace, "closed_documents", {})
+    order = [uri for uri in recent if uri in open_documents or uri in closed]
+    order += [uri for uri in open_documents if uri not in order]
     documents = []
-    for uri, document in list(workspace.text_documents.items()):
+    for uri in order:
+        if len(documents) >= MAX_OTHER_DOCUMENTS:
+            break
         if uri == current_uri:
             continue
-        text = document.source
+        text = open_documents[uri].source if uri in open_documents else closed[uri]
         if not text.strip() or len(text) > MAX_OTHER_DOCUMENT_CHARS or "\x00" in text[:BINARY_PROBE_CHARS]:
             continue
         documents.append((path_of(uri), valid_text(text)))
-    documents.sort(key=lambda item: len(item[1]))
-    return documents[:MAX_OTHER_DOCUMENTS]
+    return documents
 
 
 def build_request(cursor: Cursor, settings: Settings, workspace, received_at: float | None = None) -> CompletionRequest:

@@ -14,12 +14,16 @@ Two places where pygls's workspace disagrees with LSP are fixed here, in subclas
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from urllib.parse import quote, unquote_to_bytes, urlsplit, urlunsplit
 
 from pygls.workspace import TextDocument as PyglsTextDocument
 from pygls.workspace import Workspace as PyglsWorkspace
 
 _LSP_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
+RECENT_EDITS = 16  # documents remembered as recently edited, for cross-file context (engine/crossfile.py)
+CLOSED_KEPT = 8  # recently edited documents whose text is kept after they are closed
+CLOSED_MAX_CHARS = 200_000  # a larger closed document is not kept
 
 
 def canonical_uri(uri: str) -> str:
@@ -52,7 +56,13 @@ class TextDocument(PyglsTextDocument):
 
 
 class Workspace(PyglsWorkspace):
-    """pygls's workspace with canonical URI keys and LSP line splitting."""
+    """pygls's workspace with canonical URI keys and LSP line splitting, and a memory of recent edits:
+    the documents edited last (most recent at the end), and the text of recently edited ones since closed."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.recent_edits: OrderedDict[str, None] = OrderedDict()
+        self.closed_documents: OrderedDict[str, str] = OrderedDict()  # uri → its last text
 
     @classmethod
     def like(cls, workspace: PyglsWorkspace) -> "Workspace":
@@ -67,14 +77,26 @@ class Workspace(PyglsWorkspace):
         return self.text_documents.get(canonical_uri(doc_uri)) or self._create_text_document(doc_uri)
 
     def put_text_document(self, text_document, notebook_uri=None) -> None:
+        self.closed_documents.pop(canonical_uri(text_document.uri), None)  # open again: its live text counts
         self.text_documents[canonical_uri(text_document.uri)] = self._create_text_document(
             text_document.uri, source=text_document.text, version=text_document.version,
             language_id=text_document.language_id)
 
     def remove_text_document(self, doc_uri: str) -> None:
-        self.text_documents.pop(canonical_uri(doc_uri), None)
+        uri = canonical_uri(doc_uri)
+        document = self.text_documents.pop(uri, None)
+        if document is not None and uri in self.recent_edits and len(document.source) <= CLOSED_MAX_CHARS:
+            self.closed_documents[uri] = document.source
+            self.closed_documents.move_to_end(uri)
+            while len(self.closed_documents) > CLOSED_KEPT:
+                self.closed_documents.popitem(last=False)
 
     def update_text_document(self, text_doc, change) -> None:
-        document = self.text_documents[canonical_uri(text_doc.uri)]
+        uri = canonical_uri(text_doc.uri)
+        document = self.text_documents[uri]
         document.apply_change(change)
         document.version = text_doc.version
+        self.recent_edits[uri] = None
+        self.recent_edits.move_to_end(uri)
+        while len(self.recent_edits) > RECENT_EDITS:
+            self.recent_edits.popitem(last=False)
