@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 import torch
 
 from engine.anchor import Anchor, typed_since
+from engine.confidence import Confidence, answer_confidence, gate
 from engine.crossfile import CrossFileContext, tokenizer_counter
 from engine.decoder import GenerationConfig, GenerationResult, OnDeadline, SpeculativeDecoder, StopReason
 from engine.drafters import DrafterConfig, make_drafter
@@ -65,6 +66,7 @@ class CompletionRequest:
     received_at: float | None = None
     temperature: float = 0.0
     seed: int | None = None
+    min_confidence: float = 0.0  # withhold answers the verifier is less sure of (engine/confidence.py); 0: off
 
 
 @dataclass
@@ -78,6 +80,8 @@ class CompletionResult:
     prompt_tokens: int
     stats: DecodeStats = field(default_factory=DecodeStats)
     anchored: bool = False  # the prompt continued an anchor (typed text in the middle)
+    confidence: Confidence | None = None  # of the text shown (before the gate); None: nothing to judge
+    withheld: str = ""  # why nothing is shown although the model answered (confidence.LOW_CONFIDENCE)
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -281,11 +285,12 @@ class CompletionEngine:
             shown = postprocess(text, prefix=request.prefix, suffix=request.suffix, language=language,
                                 multiline=multiline, cut_short=result.stop_reason == StopReason.MAX_NEW_TOKENS,
                                 ended=result.stop_reason in (StopReason.EOS, StopReason.STOP_STRING))
-            return CompletionResult(
+            return gate(CompletionResult(
                 text=shown.text, replace_after=shown.replace_after, raw_text=text,
                 token_ids=result.token_ids, stop_reason=result.stop_reason, multiline=multiline,
                 prompt_tokens=len(prompt.token_ids), stats=copy.deepcopy(result.stats), anchored=prompt.anchored,
-            )
+                confidence=answer_confidence(self.tokenizer, result, shown.text, prompt.healed),
+            ), request.min_confidence)
 
         answered = False
 
@@ -354,7 +359,7 @@ class CompletionEngine:
         next_line = text[len(head):].split("\n", 1)[0] if text.startswith(head) else ""
         stats = copy.deepcopy(line.stats)
         stats.add(look.stats)
-        return GenerationResult(ids, head + next_line, look.stop_reason, stats)
+        return GenerationResult(ids, head + next_line, look.stop_reason, stats, line.logprobs + look.logprobs)
 
     def warm(self, request: CompletionRequest, cancel: threading.Event | None = None) -> int:
         """Prefill the prompt for `request` ahead of time (cancellable between layers): tokens fed.

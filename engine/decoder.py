@@ -27,7 +27,7 @@ from engine.stats import DecodeStats
 from engine.text_stream import TextStream
 from engine.tree import TokenTree
 from engine.tree_kv import verify_tree
-from engine.verify import SamplingParams, accept
+from engine.verify import SamplingParams, accept, emitted_logprobs
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,7 @@ class GenerationResult:
     text: str  # decoded, special tokens dropped, cut before a stop string
     stop_reason: StopReason
     stats: DecodeStats
+    logprobs: list[float] = field(default_factory=list)  # the verifier's, one per token id
 
 
 # Called once when the deadline passes, with the result so far; decoding then goes on
@@ -106,7 +107,7 @@ class SpeculativeDecoder:
         def answer_now() -> None:
             nonlocal answered
             answered = True
-            on_deadline(self._result(output, stream, StopReason.DEADLINE, copy.deepcopy(stats), started))
+            on_deadline(self._result(output, logprobs, stream, StopReason.DEADLINE, copy.deepcopy(stats), started))
 
         def deadline_passed() -> bool:
             """Checked between layers and prefill chunks as well as between passes, so that no
@@ -128,11 +129,12 @@ class SpeculativeDecoder:
             self.drafter.start(tokens, context_streams)
 
         output: list[int] = []
+        logprobs: list[float] = []
         stop = None if self._prefill(tokens, config, should_stop, stats) else stopped()
         while stop is None:
             t0 = time.monotonic()
             try:
-                kept, token, draft = self.speculative_step(tokens, output, config, generator, should_stop, stats)
+                kept, token, draft, scores = self.speculative_step(tokens, output, config, generator, should_stop, stats)
             except PassCancelled:
                 stop = stopped()
                 break
@@ -141,6 +143,7 @@ class SpeculativeDecoder:
             ends = [i for i, t in enumerate(new) if t in config.eos_token_ids]
             if ends:
                 new, stop = new[: ends[0] + 1], StopReason.EOS
+            logprobs += scores[: len(new)]
             if self.drafter is not None and draft.tokens:
                 self.drafter.observe(draft, n)
             stats.record_pass(draft.source, len(draft.tokens), n, len(new))
@@ -171,11 +174,13 @@ class SpeculativeDecoder:
             tail = stream.finish()
             if tail and on_text is not None:
                 on_text(tail)
-        return self._result(output, stream, stop, stats, started)
+        return self._result(output, logprobs, stream, stop, stats, started)
 
     def speculative_step(self, tokens: list[int], output: list[int], config: GenerationConfig,
-                         generator: torch.Generator | None, should_stop, stats: DecodeStats) -> tuple[list[int], int, Draft]:
-        """One verifier pass over what the cache lacks of `tokens` plus a draft: (accepted drafts, next token, draft)."""
+                         generator: torch.Generator | None, should_stop,
+                         stats: DecodeStats) -> tuple[list[int], int, Draft, list[float]]:
+        """One verifier pass over what the cache lacks of `tokens` plus a draft: (accepted drafts,
+        next token, draft, the verifier's log-probability of each accepted draft and the next token)."""
         t0 = time.monotonic()
         remaining = config.max_new_tokens - len(output)
         draft = Draft.empty()
@@ -191,7 +196,7 @@ class SpeculativeDecoder:
         if draft.tree is not None:  # one pass under the tree's mask; the cache keeps the accepted path
             tree, constraint = draft.tree, config.constraint
             mask = (lambda logits: constrain_tree(logits, constraint, output, tree)) if constraint is not None else None
-            kept, token = verify_tree(self.kv, pending, tree, config.sampling, generator, should_stop, mask)
+            kept, token, logprobs = verify_tree(self.kv, pending, tree, config.sampling, generator, should_stop, mask)
         else:
             logits = self.kv.forward([*pending, *draft.tokens], logits_for=len(draft.tokens) + 1,
                                      should_stop=should_stop)
@@ -200,9 +205,10 @@ class SpeculativeDecoder:
             n, token = accept(draft.tokens, draft.probs, logits, config.sampling, generator)
             self.kv.crop(len(tokens) + n)
             kept = draft.tokens[:n]
+            logprobs = emitted_logprobs(logits, list(range(n + 1)), [*kept, token])
         stats.draft_ms += (t1 - t0) * 1000
         stats.verify_ms += (time.monotonic() - t1) * 1000
-        return kept, token, draft
+        return kept, token, draft, logprobs
 
     def _prefill(self, tokens: list[int], config: GenerationConfig, should_stop, stats: DecodeStats) -> bool:
         """Feed, in cancellable chunks, all the prompt the cache lacks but its last chunk (or its
@@ -217,10 +223,10 @@ class SpeculativeDecoder:
         stats.reused_tokens = len(self.kv) - fed
         return done
 
-    def _result(self, output: list[int], stream: TextStream | None, stop: StopReason, stats: DecodeStats,
-                started: float) -> GenerationResult:
+    def _result(self, output: list[int], logprobs: list[float], stream: TextStream | None, stop: StopReason,
+                stats: DecodeStats, started: float) -> GenerationResult:
         stats.decode_ms = (time.monotonic() - started) * 1000
-        return GenerationResult(list(output), stream.text if stream is not None else "", stop, stats)
+        return GenerationResult(list(output), stream.text if stream is not None else "", stop, stats, list(logprobs))
 
     def _fit_prompt(self, tokens: list[int], config: GenerationConfig, stats: DecodeStats) -> list[int]:
         if not tokens:

@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 import torch
 
 from engine.tree import TokenTree, tree_accept
-from engine.verify import SamplingParams
+from engine.verify import SamplingParams, emitted_logprobs
 
 
 def tree_attention_mask(tree: TokenTree, cached: int, dtype: torch.dtype, device, pending: int = 1) -> torch.Tensor:
@@ -63,8 +63,9 @@ def keep_path(kv, tree: TokenTree, path: Sequence[int]) -> None:
 
 def verify_tree(kv, pending: Sequence[int], tree: TokenTree, params: SamplingParams,
                 generator: torch.Generator | None, should_stop=None,
-                mask: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[list[int], int]:
-    """One verifier pass over a tree: (the accepted tokens, the verifier's token after them).
+                mask: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[list[int], int, list[float]]:
+    """One verifier pass over a tree: (the accepted tokens, the verifier's token after them, the
+    verifier's log-probability of each of those tokens).
 
     Afterwards `kv` holds the pending tokens and the accepted ones, exactly as if only they
     had been fed. A cancelled pass (PassCancelled) leaves `kv` as it was. `mask` narrows the
@@ -75,4 +76,6 @@ def verify_tree(kv, pending: Sequence[int], tree: TokenTree, params: SamplingPar
         logits = mask(logits)
     path, token = tree_accept(tree, logits, params, generator)
     keep_path(kv, tree, path)
-    return [tree.tokens[node] for node in path], token
+    accepted = [tree.tokens[node] for node in path]
+    # The root's row predicts the first node; node i's row (i + 1) predicts what follows it.
+    return accepted, token, emitted_logprobs(logits, [0, *(node + 1 for node in path)], [*accepted, token])

@@ -139,6 +139,15 @@ def accept(
     return _to_host(speculative_decision(draft_tokens, draft_probs, logits, params, generator))
 
 
+def emitted_logprobs(logits: torch.Tensor, rows: list[int], tokens: list[int]) -> list[float]:
+    """The verifier's log-probability of each emitted token: `tokens[i]` under row `rows[i]` of
+    the pass's logits (after any constraint, before temperature), for the confidence gate
+    (engine/confidence.py). The logits exist already; this is one log_softmax over a few rows."""
+    index = torch.tensor(rows, device=logits.device)
+    chosen = torch.tensor(tokens, device=logits.device).view(-1, 1)
+    return logits.index_select(0, index).float().log_softmax(dim=-1).gather(1, chosen).view(-1).tolist()
+
+
 def on_common_vocabulary(draft_probs: torch.Tensor | None, logits: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
     """A pair that shares a tokenizer may pad its embeddings differently (a 152,064-row verifier
     with a 151,936-row draft): widen the narrower side with tokens it can never produce (q = 0,

@@ -104,4 +104,5 @@ def build_request(cursor: Cursor, settings: Settings, workspace, received_at: fl
         multiline=multiline_flag(settings.multiline),
         budget_ms=settings.budget_ms,
         received_at=received_at,
+        min_confidence=settings.min_confidence,
     )

@@ -301,6 +301,8 @@ class CompletionService:
             record.tau = stats.tau
             record.drafters = {name: vars(figures).copy() for name, figures in stats.drafters.items()}
             record.text_chars = len(result.text)
+            record.withheld, confidence = result.withheld, result.confidence  # the confidence gate's verdict
+            record.confidence = confidence.gated_value() if confidence is not None else None
         self.telemetry.record(record)
 
     def answer(self, answered: asyncio.Future, started: float, cursor: Cursor, partial) -> None:

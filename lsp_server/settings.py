@@ -28,6 +28,8 @@ class Settings:
     other_documents_tokens: int | None = None
     adaptive_drafting: bool = True  # switch drafters when draft acceptance stays under 50 %
     warm: bool = True  # prefill the cursor's prompt window in the background (lsp_server/warming.py)
+    # Withhold answers whose verifier confidence is below this (engine/confidence.py; 0: show all).
+    min_confidence: float = 0.0
     # A shared inference server instead of local models (engine/backends/remote.py).
     backend: str | None = None  # URL of an OpenAI-compatible server; None: the local engine
     backend_model: str | None = None  # the model name it serves; None: the first it lists
@@ -50,12 +52,13 @@ _CLIENT_NAMES = {
     "budgetMs": "budget_ms", "maxNewTokens": "max_new_tokens", "multiline": "multiline", "enabled": "enabled",
     "disabledLanguages": "disabled_languages", "prefixTokens": "prefix_tokens", "suffixTokens": "suffix_tokens",
     "otherDocumentsTokens": "other_documents_tokens", "adaptiveDrafting": "adaptive_drafting",
-    "warm": "warm",
+    "warm": "warm", "minConfidence": "min_confidence",
     "backend": "backend", "backendModel": "backend_model", "backendTokenizer": "backend_tokenizer",
     "apiKeyEnv": "api_key_env",
 }
 _LIMITS = {"budget_ms": (1, 60_000), "max_new_tokens": (1, 1024), "prefix_tokens": (16, 32_768),
-           "suffix_tokens": (0, 32_768), "other_documents_tokens": (0, 32_768)}
+           "suffix_tokens": (0, 32_768), "other_documents_tokens": (0, 32_768), "min_confidence": (0, 1)}
+_FLOATS = ("budget_ms", "min_confidence")
 
 
 def machine_defaults() -> Settings:
@@ -106,7 +109,7 @@ def _coerce(name: str, value: Any, annotation: str) -> Any:
         low, high = _LIMITS[name]
         if not low <= value <= high:
             raise ValueError(f"expected {low}..{high}")
-        return float(value) if name == "budget_ms" else int(value)
+        return float(value) if name in _FLOATS else int(value)
     if value is not None and not isinstance(value, str):
         raise TypeError("expected a string")
     return value or None

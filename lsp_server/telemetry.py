@@ -42,6 +42,8 @@ class RequestRecord:
     tau: float = 0.0
     drafters: dict = field(default_factory=dict)
     text_chars: int = 0
+    withheld: str = ""  # why an answer the model gave was not shown (engine/confidence.py)
+    confidence: float | None = None  # the gated statistic of the answer, shown or withheld
 
     @property
     def within_budget(self) -> bool:
@@ -94,6 +96,8 @@ class Telemetry:
         self.count(record.source)
         if record.stop_reason == "cancelled":
             self.count("cancelled")
+        if record.withheld:
+            self.count("withheld")
         self.recent.append(record)
         self.latencies.append(record.latency_ms)
         for key in self.totals:

@@ -52,7 +52,7 @@ def tree_decode(verifier, prompt: list[int], max_new: int, make_tree, params=Sam
     tokens = list(prompt)
     kv.feed_until(tokens, max(0, len(tokens) - uncached))
     while len(tokens) - len(prompt) < max_new:
-        accepted, token = verify_tree(kv, tokens[len(kv):], make_tree(tokens), params, generator)
+        accepted, token, _ = verify_tree(kv, tokens[len(kv):], make_tree(tokens), params, generator)
         tokens += [*accepted, token]
         assert kv.tokens == tokens[:-1]
     return tokens[len(prompt):len(prompt) + max_new], kv
@@ -88,7 +88,7 @@ def test_all_wrong_trees_accept_nothing(verifier):
     for t in range(TINY_VOCAB):
         if t != expected[1]:
             tree.add_path([t, expected[2]])
-    accepted, token = verify_tree(kv, [*prompt[-2:], expected[0]], tree, SamplingParams(), None)
+    accepted, token, _ = verify_tree(kv, [*prompt[-2:], expected[0]], tree, SamplingParams(), None)
     assert accepted == [] and token == expected[1] and kv.tokens == [*prompt, expected[0]]
 
 

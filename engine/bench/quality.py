@@ -11,7 +11,15 @@ hole and is judged against what the file had:
 - ``parses``: the file with the (non-empty) completion spliced in has no more tree-sitter error nodes
   than the original (and, for Python, still compiles if it did: tree-sitter forgives an
   unexpected indent, Python does not);
-- ``empty``: nothing shown.
+- ``empty``: nothing shown;
+- ``accepted_chars``: characters of the answer that match the removed text from its start
+  (what Tab-by-word would keep), averaged over every hole.
+
+With ``--budget-ms`` the engine configurations answer as an editor would receive them while
+typing: the prompt is warmed first (`CompletionEngine.warm`, as the server's warming does),
+then the completion runs with the deadline, and what is verified by then is the answer.
+Every engine answer's confidence is recorded (gate off), and the report adds the confidence
+gate's curve (engine/bench/quality_gate.py).
 
 Configurations: ``raw`` is the model alone, Hugging Face greedy on the same FIM prompt
 (no healing), its first line for single-line holes, cut at nothing else; ``quickdraft``
@@ -33,6 +41,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from typing import Callable, Sequence
 
+from engine.bench.quality_gate import accepted_chars, format_gate_table, gate_curves
 from engine.bench.quality_holes import DEFAULT_LANGUAGES, QUALITY_KINDS, QualityHole
 from engine.syntax_check import syntax_errors
 
@@ -52,6 +61,7 @@ class QualityBenchConfig:
     suffix_tokens: Sequence[int | None] = (None,)  # None: the engine's budget for its device
     prefix_tokens: int | None = None
     max_new_tokens: int = 48
+    budget_ms: float | None = None  # answer within this, warm caches (None: no deadline)
     progress: bool = True
 
 
@@ -93,6 +103,7 @@ def judge(hole: QualityHole, shown: str, original: tuple[int, bool] | None, repl
     parses = None if spliced is None else spliced[0] <= original[0] and (spliced[1] or not original[1])
     return {
         "exact": added.rstrip() == expected and shown.endswith(retyped),
+        "accepted_chars": accepted_chars(added.rstrip(), expected),
         "edit_similarity": round(edit_similarity(added.rstrip(), expected), 4),
         "stray_whitespace": shown[:1] in (" ", "\t") and expected[:1] not in (" ", "\t"),
         "parses": parses,
@@ -116,22 +127,35 @@ class QualityRunner:
             budget = replace(budget, prefix_tokens=self.config.prefix_tokens)
         return budget if suffix_tokens is None else replace(budget, suffix_tokens=suffix_tokens)
 
-    def quickdraft(self, hole: QualityHole, heal: bool = True) -> tuple[str, int]:
+    def request(self, hole: QualityHole):
         from engine.completion import CompletionRequest
 
-        request = CompletionRequest(prefix=hole.prefix, suffix=hole.suffix, path=hole.path, language=hole.language,
-                                    max_new_tokens=self.config.max_new_tokens, multiline=hole.multiline)
+        return CompletionRequest(prefix=hole.prefix, suffix=hole.suffix, path=hole.path, language=hole.language,
+                                 max_new_tokens=self.config.max_new_tokens, multiline=hole.multiline)
+
+    def warm(self, name: str, hole: QualityHole) -> None:
+        """At a budget, prefill the prompt first, as the server's warming does before the user pauses."""
+        if name != "raw" and self.config.budget_ms:
+            self.engine.heal = name != "noheal"
+            self.engine.warm(self.request(hole))
+
+    def quickdraft(self, hole: QualityHole, heal: bool = True) -> tuple[str, int, dict | None]:
+        request = self.request(hole)
+        if self.config.budget_ms:
+            request = replace(request, budget_ms=self.config.budget_ms, received_at=time.monotonic())
         self.engine.heal = heal
         try:
             result = self.engine.complete(request)
-            return result.text, result.replace_after
+            confidence = result.confidence.to_dict() if result.confidence is not None else None
+            return result.text, result.replace_after, confidence
         finally:
             self.engine.heal = True
 
-    def complete(self, name: str, hole: QualityHole) -> tuple[str, int]:
-        """(the text shown, characters after the cursor it replaces); the raw model replaces none."""
+    def complete(self, name: str, hole: QualityHole) -> tuple[str, int, dict | None]:
+        """(the text shown, characters after the cursor it replaces, its confidence); the raw
+        model replaces none and has no confidence."""
         if name == "raw":
-            return self.raw(hole), 0
+            return self.raw(hole), 0, None
         return self.quickdraft(hole, heal=name != "noheal")
 
     def raw(self, hole: QualityHole) -> str:
@@ -161,10 +185,11 @@ class QualityRunner:
             for suffix_tokens in self.config.suffix_tokens:
                 self.engine.context_budget = self.budget(suffix_tokens)
                 for name in self.config.configs:
-                    label = config_label(name, suffix_tokens, self.config.suffix_tokens)
+                    label = self.label(name, suffix_tokens)
+                    self.warm(name, hole)
                     started = time.monotonic()
-                    shown, replaces = self.complete(name, hole)
-                    results[label] = {"shown": shown, "replaces": replaces,
+                    shown, replaces, confidence = self.complete(name, hole)
+                    results[label] = {"shown": shown, "replaces": replaces, "confidence": confidence,
                                       "ms": round((time.monotonic() - started) * 1000),
                                       **judge(hole, shown, original, replaces)}
                     if on_result is not None:
@@ -172,6 +197,11 @@ class QualityRunner:
             self.engine.context_budget = self.engine.default_budget
             records.append({"hole": index, **hole.describe(), "results": results})
         return records
+
+
+    def label(self, name: str, suffix_tokens: int | None) -> str:
+        label = config_label(name, suffix_tokens, self.config.suffix_tokens)
+        return label if name == "raw" or not self.config.budget_ms else f"{label} @{self.config.budget_ms:g}ms"
 
 
 def config_label(name: str, suffix_tokens: int | None, all_suffix_tokens: Sequence[int | None]) -> str:
@@ -187,6 +217,8 @@ def _rates(results: Sequence[dict]) -> dict:
     return {
         "holes": len(results),
         "exact": _share(r["exact"] for r in results),
+        "exact_of_shown": _share(r["exact"] for r in shown),
+        "accepted_chars": round(sum(r["accepted_chars"] for r in results) / len(results), 2) if results else None,
         "edit_similarity": round(sum(r["edit_similarity"] for r in results) / len(results), 4) if results else None,
         "stray_whitespace": _share(r["stray_whitespace"] for r in shown),  # of the completions shown
         "parses": _share(parsed),
@@ -220,16 +252,19 @@ def _pct(value: float | None) -> str:
 def format_table(result: dict) -> str:
     """Every configuration, then its rows per kind and per language; with more than one
     language, the per-language table follows (`format_language_table`)."""
-    rows = ["| configuration | holes | exact | edit similarity | stray whitespace | parses | empty | mean ms |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = ["| configuration | holes | exact | exact of shown | edit similarity | stray whitespace | parses | empty | "
+            "accepted chars | mean ms |", "|---|---|---|---|---|---|---|---|---|---|"]
     for label, entry in result["summary"].items():
         for group, r in entry.items():
             name = label if group == "all" else f"  {label}, {group.replace('=', ' ')}"
             sim = "–" if r["edit_similarity"] is None else f"{r['edit_similarity']:.2f}"
-            rows.append(f"| {name} | {r['holes']} | {_pct(r['exact'])} | {sim} | {_pct(r['stray_whitespace'])} | "
-                        f"{_pct(r['parses'])} | {_pct(r['empty'])} | {r['ms_mean']} |")
+            rows.append(f"| {name} | {r['holes']} | {_pct(r['exact'])} | {_pct(r['exact_of_shown'])} | {sim} | "
+                        f"{_pct(r['stray_whitespace'])} | {_pct(r['parses'])} | {_pct(r['empty'])} | "
+                        f"{r['accepted_chars']} | {r['ms_mean']} |")
     languages = _languages(result)
-    return "\n".join(rows) + ("\n\n" + format_language_table(result) if len(languages) > 1 else "")
+    tables = ["\n".join(rows)] + ([format_language_table(result)] if len(languages) > 1 else [])
+    tables += [format_gate_table(curves, label) for label, curves in result.get("gate", {}).items()]
+    return "\n\n".join(tables)
 
 
 def _languages(result: dict) -> list[str]:
@@ -239,14 +274,14 @@ def _languages(result: dict) -> list[str]:
 
 def format_language_table(result: dict) -> str:
     """One row per language and configuration: exact, edit similarity, parses, empty."""
-    rows = ["| language | configuration | holes | exact | edit similarity | parses | empty |",
-            "|---|---|---|---|---|---|---|"]
+    rows = ["| language | configuration | holes | exact | exact of shown | edit similarity | parses | empty | "
+            "accepted chars |", "|---|---|---|---|---|---|---|---|---|"]
     for language in _languages(result):
         for label, entry in result["summary"].items():
             r = entry[f"language={language}"]
             sim = "–" if r["edit_similarity"] is None else f"{r['edit_similarity']:.2f}"
-            rows.append(f"| {language} | {label} | {r['holes']} | {_pct(r['exact'])} | {sim} | {_pct(r['parses'])} | "
-                        f"{_pct(r['empty'])} |")
+            rows.append(f"| {language} | {label} | {r['holes']} | {_pct(r['exact'])} | {_pct(r['exact_of_shown'])} | "
+                        f"{sim} | {_pct(r['parses'])} | {_pct(r['empty'])} | {r['accepted_chars']} |")
     return "\n".join(rows)
 
 
@@ -264,4 +299,24 @@ def run_quality_bench(engine, holes: Sequence[QualityHole], config: QualityBench
     settings["languages_measured"] = sorted({hole.language for hole in holes})
     settings["drafter"] = engine.drafter_mode
     settings["context_budget"] = asdict(engine.default_budget)
-    return {"config": settings, "environment": environment or {}, "summary": summarize(records), "holes": records}
+    return report(settings, environment or {}, records)
+
+
+def report(settings: dict, environment: dict, records: list[dict]) -> dict:
+    """The JSON result: settings, machine, summary, the gate's curves (engine answers only), every hole."""
+    labels = [label for label in (records[0]["results"] if records else ())
+              if any(r["results"][label]["confidence"] for r in records)]
+    return {"config": settings, "environment": environment, "summary": summarize(records),
+            "gate": {label: gate_curves(records, label) for label in labels}, "holes": records}
+
+
+def merge_runs(runs: dict[str, dict]) -> dict:
+    """Runs of several engines on the same holes as one result, side by side: each label
+    prefixed with its engine's name."""
+    first = next(iter(runs.values()))
+    records = [{**hole, "results": {}} for hole in first["holes"]]
+    for name, run in runs.items():
+        for merged, hole in zip(records, run["holes"], strict=True):
+            merged["results"].update({f"{name} {label}": r for label, r in hole["results"].items()})
+    settings = {**first["config"], "engines": {name: run["config"] for name, run in runs.items()}}
+    return report(settings, {name: run["environment"] for name, run in runs.items()}, records)

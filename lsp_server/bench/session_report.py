@@ -60,6 +60,7 @@ def summarize(run: SessionRun) -> dict:
         "tau": round(emitted / passes, 4) if passes else None,
         "draft_acceptance": round(accepted / drafted, 4) if drafted else None,
         "stop_reasons": _count(s.get("stop_reason", "") for s in server_model),
+        "withheld": _count(s["withheld"] for s in server_model if s.get("withheld")),  # the confidence gate
         "ready_requests": sum(r.trigger == "ready" for r in records),
         "kept_requests": sum((r.server or {}).get("source") == "kept" for r in answered),
         "first_ghost_text_after_jump_s": spread(first_ghost_text_after_jumps(run)),

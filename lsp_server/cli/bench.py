@@ -135,6 +135,10 @@ def add_parsers(sub) -> None:
     quality.add_argument("--drafter", choices=DRAFTER_MODES, help="default: the server's for this machine")
     quality.add_argument("--max-new-tokens", type=int, help="longest completion (default 48; --quick 16)")
     quality.add_argument("--device", help="cpu | cuda (default: cuda when present)")
+    quality.add_argument("--budget-ms", type=float, help="answer within this, caches warmed first, as in the typing "
+                                                         "session (default: no deadline)")
+    quality.add_argument("--verifiers", help="comma-separated verifiers measured side by side on the same holes "
+                                             "(instead of --verifier)")
     quality.set_defaults(handler=run_quality)
 
 
@@ -335,7 +339,7 @@ def _csv(text: str | None, default):
 
 def run_quality(args: argparse.Namespace) -> int:
     from engine.bench.decode import environment
-    from engine.bench.quality import CONFIGS, QualityBenchConfig, format_table, run_quality_bench
+    from engine.bench.quality import CONFIGS, QualityBenchConfig, format_table, merge_runs, run_quality_bench
     from engine.bench.quality_holes import DEFAULT_LANGUAGES, QUALITY_KINDS, make_quality_holes
     from engine.completion import CompletionEngine
     from engine.errors import QuickdraftError
@@ -353,15 +357,22 @@ def run_quality(args: argparse.Namespace) -> int:
     config = QualityBenchConfig(
         holes=_pick(args.holes, args.quick, 6, 36), seed=args.seed, languages=_csv(args.languages, DEFAULT_LANGUAGES),
         kinds=kinds, configs=configs, suffix_tokens=suffix_tokens, prefix_tokens=args.prefix_tokens,
-        max_new_tokens=_pick(args.max_new_tokens, args.quick, 16, 48), progress=not args.no_progress,
+        max_new_tokens=_pick(args.max_new_tokens, args.quick, 16, 48), budget_ms=args.budget_ms,
+        progress=not args.no_progress,
     )
+    if args.budget_ms is not None and not 0 < args.budget_ms <= 60_000:
+        raise QuickdraftError(f"--budget-ms: expected 1..60000 ms, got {args.budget_ms:g}")
     holes = make_quality_holes(config.holes, config.seed, config.languages, config.kinds)
     if not holes:
         raise QuickdraftError("no hole could be cut: no installed sources with a tree-sitter grammar for "
                               f"{', '.join(config.languages)}")
     defaults = machine_defaults()
     drafter = args.drafter or ("hybrid" if args.draft not in (None, "none") else defaults.drafter)
-    engine = CompletionEngine.load(args.verifier or defaults.verifier, args.draft or defaults.draft, drafter=drafter,
-                                   dtype=args.dtype, device=args.device)
-    result = run_quality_bench(engine, holes, config, environment(engine.verifier, engine.draft))
+    runs = {}
+    for verifier in _csv(args.verifiers, (args.verifier or defaults.verifier,)):
+        engine = CompletionEngine.load(verifier, args.draft or defaults.draft, drafter=drafter,
+                                       dtype=args.dtype, device=args.device)
+        runs[verifier] = run_quality_bench(engine, holes, config, environment(engine.verifier, engine.draft))
+        del engine  # one model in memory at a time
+    result = merge_runs(runs) if len(runs) > 1 else runs.popitem()[1]
     return _report(result, format_table(result), Path(args.out) / "quality.json")

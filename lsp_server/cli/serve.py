@@ -20,6 +20,8 @@ def add_parsers(sub) -> None:
     serve.add_argument("--budget-ms", type=float, help="latency budget per completion (default 200)")
     serve.add_argument("--dtype", help="int8 | bfloat16 | float16 | float32 (default: int8 weights on a CPU, bf16 on CUDA)")
     serve.add_argument("--device", help="cpu | cuda | cuda:N")
+    serve.add_argument("--min-confidence", type=probability, metavar="P",
+                       help="withhold answers the model is less sure of (0..1, 0: show all; docs/server.md)")
     serve.add_argument("--no-warm", action="store_true",
                        help="do not prefill the cursor's prompt window ahead of requests (setting `warm`)")
     remote = serve.add_argument_group("a shared inference server instead of local models (docs/teams.md)")
@@ -41,6 +43,17 @@ def add_parsers(sub) -> None:
     serve.set_defaults(handler=run_serve)
 
 
+def probability(text: str) -> float:
+    """A number from 0 to 1 (argparse names the flag and prints the message when it is not)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text}")
+    return value
+
+
 def settings_from_args(args: argparse.Namespace):
     from lsp_server.settings import machine_defaults
 
@@ -48,7 +61,8 @@ def settings_from_args(args: argparse.Namespace):
     flags = {"verifier": args.verifier, "draft": args.draft, "drafter": args.drafter, "dtype": args.dtype,
              "device": args.device, "max_new_tokens": args.max_new_tokens, "budget_ms": args.budget_ms,
              "backend": args.backend, "backend_model": args.backend_model,
-             "backend_tokenizer": args.backend_tokenizer, "api_key_env": args.api_key_env}
+             "backend_tokenizer": args.backend_tokenizer, "api_key_env": args.api_key_env,
+             "min_confidence": args.min_confidence}
     if args.no_warm:
         flags["warm"] = False
     return replace(settings, **{k: v for k, v in flags.items() if v is not None})
