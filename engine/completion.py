@@ -48,7 +48,8 @@ ANSWER_MARGIN_S = 0.010
 # there, and lean on KV reuse. The suffix is the part every keystroke feeds again (Qwen's
 # FIM prompt puts it after the prefix, and the model was not trained suffix-first), so it
 # gets the least: 16 tokens re-fed cost ~240 ms here, 48 cost ~420 ms. A GPU takes the full context.
-CPU_CONTEXT_BUDGET = ContextBudget(prefix_tokens=384, suffix_tokens=16, other_documents_tokens=0)
+CPU_CONTEXT_BUDGET = ContextBudget(prefix_tokens=384, suffix_tokens=16, other_documents_tokens=0,
+                                   cold_prefix_tokens=128)
 
 
 @dataclass
@@ -258,6 +259,7 @@ class CompletionEngine:
         With `on_answer`, the budget does not end the decode: the completion so far is
         handed to `on_answer` when the budget is spent, and decoding goes on (until it ends
         or `cancel` is set) so the returned result is longer — the next keystrokes' ghost text.
+        A multi-line answer is handed to `on_answer` again each time it gains a line.
         """
         budget_start = request.received_at if request.received_at is not None else time.monotonic()
         language = language_from(request.language, request.path)
@@ -300,7 +302,9 @@ class CompletionEngine:
             on_answer(completion)
 
         result = self._run(prompt.token_ids, config, prompt.token_streams, cancel, skip_chars(on_text, len(prompt.healed)),
-                           (lambda partial: answer(finish(partial))) if on_answer is not None else None)
+                           (lambda partial: answer(finish(partial))) if on_answer is not None else None,
+                           # A multi-line answer grows by whole lines after the budget's answer.
+                           (lambda partial: on_answer(finish(partial))) if on_answer is not None and multiline else None)
         completion = finish(result)
         ahead: list[int] = []
         if on_answer is not None and not multiline and result.stop_reason == StopReason.STOP_STRING:
@@ -396,6 +400,7 @@ class CompletionEngine:
         A window cut fresh at every anchor would start one token later each time the
         prefix outgrows its budget, and a prompt that changes at its start reuses no KV
         cache at all. So the start sticks (up to 25 % over budget), and moves in jumps.
+        A window cut fresh is cold: it gets `cold_prefix_tokens`, and grows from there.
         """
         budget = self.context_budget
         key = request.path or ""
@@ -409,6 +414,8 @@ class CompletionEngine:
                                  heal=self.heal)
             if not parts.prefix_truncated:
                 return self._with_lookup_streams(parts, request)
+        if budget.cold_prefix_tokens:  # a new window: no cache holds it
+            budget = replace(budget, prefix_tokens=min(budget.prefix_tokens, budget.cold_prefix_tokens))
         parts = build_prompt(self.tokenizer, self.template, request.prefix, request.suffix, path=request.path,
                              other_documents=documents, budget=budget, heal=self.heal)
         if parts.prefix_truncated:
@@ -427,9 +434,9 @@ class CompletionEngine:
         return parts
 
     @torch.inference_mode()
-    def _run(self, prompt_ids, config, streams, cancel, on_text, on_deadline=None) -> GenerationResult:
+    def _run(self, prompt_ids, config, streams, cancel, on_text, on_deadline=None, on_line=None) -> GenerationResult:
         return self.decoder.generate(prompt_ids, config, context_streams=streams, cancel=cancel, on_text=on_text,
-                                     on_deadline=on_deadline)
+                                     on_deadline=on_deadline, on_line=on_line)
 
 
 @dataclass

@@ -74,7 +74,8 @@ class GenerationResult:
 
 
 # Called once when the deadline passes, with the result so far; decoding then goes on
-# (until a stop, max_new_tokens or the cancel flag) so the final result is longer.
+# (until a stop, max_new_tokens or the cancel flag) so the final result is longer. `on_line`
+# gets the result so far, after that, each time the text gains a line break.
 OnDeadline = Callable[[GenerationResult], None]
 
 
@@ -96,6 +97,7 @@ class SpeculativeDecoder:
         cancel: threading.Event | None = None,
         on_text: Callable[[str], None] | None = None,
         on_deadline: OnDeadline | None = None,
+        on_line: OnDeadline | None = None,
     ) -> GenerationResult:
         started = time.monotonic()
         stats = DecodeStats()
@@ -158,6 +160,9 @@ class SpeculativeDecoder:
                     stop = StopReason.STOP_STRING
                 if delta and on_text is not None:
                     on_text(delta)
+                if answered and on_line is not None and stop is None and "\n" in delta:
+                    # Decoding on after the answer: a finished line is worth showing at once.
+                    on_line(self._result(output, logprobs, stream, StopReason.DEADLINE, copy.deepcopy(stats), started))
             if stop is None and len(output) >= config.max_new_tokens:
                 stop = StopReason.MAX_NEW_TOKENS
             if stop is None and cancel is not None and cancel.is_set():

@@ -37,6 +37,10 @@ class ContextBudget:
     prefix_tokens: int = 1024
     suffix_tokens: int = 256
     other_documents_tokens: int = 1024
+    # The prefix window of a prompt the cache does not hold yet (a jump, a file just opened):
+    # short enough to prefill before the user looks away. Its start then sticks, so the window
+    # grows with what the user types, its cache kept, up to `prefix_tokens`. None or 0: no limit.
+    cold_prefix_tokens: int | None = None
 
 
 @dataclass

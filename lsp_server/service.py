@@ -155,7 +155,8 @@ class CompletionService:
     def apply_budget(self, backend) -> None:
         """Context budgets the client set override the backend's defaults."""
         backend.set_context_budget(prefix_tokens=self.settings.prefix_tokens, suffix_tokens=self.settings.suffix_tokens,
-                                   other_documents_tokens=self.settings.other_documents_tokens)
+                                   other_documents_tokens=self.settings.other_documents_tokens,
+                                   cold_prefix_tokens=self.settings.cold_prefix_tokens)
 
     def backend_health_changed(self, health: Health) -> None:
         """A remote server went away, got slow or came back: tell the user (requests go on)."""
@@ -200,7 +201,7 @@ class CompletionService:
         def answer_early(partial) -> None:
             """The budget is spent: answer with what is verified; decoding goes on in the background."""
             self.scheduler.demote(cancel)
-            loop.call_soon_threadsafe(self.answer, answered, started, cursor, partial)
+            loop.call_soon_threadsafe(self.answer, answered, started, cursor, partial, is_stale)
 
         def job(cancel):
             job_started.set()
@@ -305,12 +306,24 @@ class CompletionService:
             record.confidence = confidence.gated_value() if confidence is not None else None
         self.telemetry.record(record)
 
-    def answer(self, answered: asyncio.Future, started: float, cursor: Cursor, partial) -> None:
-        if not answered.done():
-            answered.set_result(partial)
-            self.shown[cursor.uri] = Shown(cursor.prefix, cursor.suffix, partial.text, partial.replace_after)
-            self.record(started, cursor, "model", result=partial)
-            self.notify_progress("ready")
+    def answer(self, answered: asyncio.Future, started: float, cursor: Cursor, partial, is_stale) -> None:
+        if answered.done():
+            self.grew(cursor, partial, is_stale)
+            return
+        answered.set_result(partial)
+        self.shown[cursor.uri] = Shown(cursor.prefix, cursor.suffix, partial.text, partial.replace_after)
+        self.record(started, cursor, "model", result=partial)
+        self.notify_progress("ready")
+
+    def grew(self, cursor: Cursor, partial, is_stale) -> None:
+        """Answered, and decoding on: a multi-line answer gained a line. Its first whole line is
+        worth showing before the rest is decoded (the user may start typing before then)."""
+        shown = self.shown.get(cursor.uri)
+        if (shown is None or is_stale() or (shown.prefix, shown.suffix) != (cursor.prefix, cursor.suffix)
+                or "\n" in shown.text or "\n" not in partial.text or not partial.text.startswith(shown.text)):
+            return
+        self.shown[cursor.uri] = Shown(cursor.prefix, cursor.suffix, partial.text, partial.replace_after, complete=True)
+        self.notify_ready(cursor)
 
     def finished(self, answered: asyncio.Future, started: float, cursor: Cursor, result, is_stale) -> None:
         if not answered.done():
@@ -327,11 +340,14 @@ class CompletionService:
             complete = result.stop_reason not in ("deadline", "cancelled")  # cancelled: the user moved on
             self.shown[cursor.uri] = Shown(cursor.prefix, cursor.suffix, result.text, result.replace_after, complete)
             if complete and len(result.text) > len(shown.text):
-                self.telemetry.count("ready")
-                self.notify(READY_NOTIFICATION, {
-                    "textDocument": {"uri": cursor.uri, "version": cursor.version},
-                    "position": {"line": cursor.position.line, "character": cursor.position.character}})
+                self.notify_ready(cursor)
         self.maybe_retune()
+
+    def notify_ready(self, cursor: Cursor) -> None:
+        self.telemetry.count("ready")
+        self.notify(READY_NOTIFICATION, {
+            "textDocument": {"uri": cursor.uri, "version": cursor.version},
+            "position": {"line": cursor.position.line, "character": cursor.position.character}})
 
     def notify_progress(self, state: str) -> None:
         """busy while the engine works, ready after, with the live draft acceptance for status bars;

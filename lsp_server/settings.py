@@ -26,6 +26,7 @@ class Settings:
     prefix_tokens: int | None = None  # None: the engine's default for its device
     suffix_tokens: int | None = None
     other_documents_tokens: int | None = None
+    cold_prefix_tokens: int | None = None  # the prefix of a prompt no cache holds (a jump); 0: as prefix_tokens
     adaptive_drafting: bool = True  # switch drafters when draft acceptance stays under 50 %
     warm: bool = True  # prefill the cursor's prompt window in the background (lsp_server/warming.py)
     # Withhold answers whose verifier confidence is below this (engine/confidence.py; 0: show all).
@@ -51,13 +52,15 @@ _CLIENT_NAMES = {
     "verifier": "verifier", "draft": "draft", "drafter": "drafter", "dtype": "dtype", "device": "device",
     "budgetMs": "budget_ms", "maxNewTokens": "max_new_tokens", "multiline": "multiline", "enabled": "enabled",
     "disabledLanguages": "disabled_languages", "prefixTokens": "prefix_tokens", "suffixTokens": "suffix_tokens",
-    "otherDocumentsTokens": "other_documents_tokens", "adaptiveDrafting": "adaptive_drafting",
+    "otherDocumentsTokens": "other_documents_tokens", "coldPrefixTokens": "cold_prefix_tokens",
+    "adaptiveDrafting": "adaptive_drafting",
     "warm": "warm", "minConfidence": "min_confidence",
     "backend": "backend", "backendModel": "backend_model", "backendTokenizer": "backend_tokenizer",
     "apiKeyEnv": "api_key_env",
 }
 _LIMITS = {"budget_ms": (1, 60_000), "max_new_tokens": (1, 1024), "prefix_tokens": (16, 32_768),
-           "suffix_tokens": (0, 32_768), "other_documents_tokens": (0, 32_768), "min_confidence": (0, 1)}
+           "suffix_tokens": (0, 32_768), "other_documents_tokens": (0, 32_768), "cold_prefix_tokens": (0, 32_768),
+           "min_confidence": (0, 1)}
 _FLOATS = ("budget_ms", "min_confidence")
 
 

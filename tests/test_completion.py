@@ -105,3 +105,25 @@ def test_switching_drafters(engine):
 def test_empty_prompt_is_refused(engine):
     with pytest.raises(PromptError):
         engine.generate("")
+
+
+def test_a_cold_window_starts_short_then_grows_with_its_cache_kept(tiny_model_dir):
+    verifier = load_model(str(tiny_model_dir), dtype="float32", device="cpu")
+    budget = ContextBudget(prefix_tokens=96, suffix_tokens=16, other_documents_tokens=0, cold_prefix_tokens=32)
+    engine = CompletionEngine(verifier, None, drafter="lookup", context_budget=budget)
+    prefix = LONG_PREFIX + "def next_one("
+    cold = engine.complete(CompletionRequest(prefix=prefix, path="/w/c.py", max_new_tokens=2))
+    assert cold.prompt_tokens <= 32 + 4  # the short window and the FIM control tokens
+    # The cursor moves on (a new anchor): the window keeps its start and grows, its cache reused.
+    prefix += "value):\n    return value + 1\n\ndef after("
+    grown = engine.complete(CompletionRequest(prefix=prefix, suffix="\n# end\n", path="/w/c.py", max_new_tokens=2))
+    assert grown.prompt_tokens > cold.prompt_tokens + 10
+    assert grown.stats.reused_tokens >= cold.prompt_tokens - 2  # all but the tail of the old prompt
+    # Past the full budget's slack a fresh window is cut: cold again, so short again.
+    prefix += "pass\n" + "y = 2\n" * 40
+    recut = engine.complete(CompletionRequest(prefix=prefix, suffix="\n# end\n", path="/w/c.py", max_new_tokens=2))
+    assert recut.prompt_tokens <= 32 + 16 + 4
+    # Without a cold window the first prompt takes the full budget.
+    engine.context_budget = ContextBudget(prefix_tokens=96, suffix_tokens=16, other_documents_tokens=0)
+    full = engine.complete(CompletionRequest(prefix=LONG_PREFIX + "def next_one(", path="/w/e.py", max_new_tokens=2))
+    assert full.prompt_tokens > 2 * 32

@@ -157,6 +157,25 @@ def test_answered_at_a_deadline_inside_the_prefill_the_decode_goes_on_to_the_sam
     assert result.stop_reason == "max_new_tokens" and result.token_ids == reference
 
 
+def test_after_the_deadlines_answer_each_new_line_is_handed_over(text_model):
+    model, tokenizer = text_model
+    prompt = tokenizer("def add(a, b):\n    return", add_special_tokens=False)["input_ids"]
+    decoder = SpeculativeDecoder(model, make_drafter("lookup"), tokenizer)
+    plain = decoder.generate(prompt, GenerationConfig(max_new_tokens=40))
+    assert plain.text.count("\n") >= 2
+    answers, lines = [], []
+    result = decoder.generate(prompt, GenerationConfig(max_new_tokens=40, deadline=time.monotonic()),
+                              on_deadline=answers.append, on_line=lines.append)
+    assert result.token_ids == plain.token_ids and result.text == plain.text  # handing over changes nothing
+    assert len(answers) == 1 and answers[0].token_ids == [] and lines
+    breaks = [line.text.count("\n") for line in lines]
+    assert breaks[0] >= 1 and breaks == sorted(set(breaks))  # each hand-over has a line more
+    assert all(plain.text.startswith(line.text) and line.stop_reason == "deadline" for line in lines)
+    unanswered: list = []  # before the deadline's answer, lines are not handed over
+    decoder.generate(prompt, GenerationConfig(max_new_tokens=40), on_deadline=answers.append, on_line=unanswered.append)
+    assert unanswered == [] and len(answers) == 1
+
+
 def test_stop_string_cuts_the_text_before_it(text_model):
     model, tokenizer = text_model
     prompt = tokenizer("def add(a, b):\n    return", add_special_tokens=False)["input_ids"]

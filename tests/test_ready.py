@@ -105,7 +105,9 @@ async def services(tiny_model_dir):
     made = []
     for budget_ms in (1.0, PATIENT_MS):
         editor = Editor()
-        service = make_service(editor, verifier=str(tiny_model_dir), budget_ms=budget_ms, prefix_tokens=2048)
+        # The whole window cold (no short first window): many prefill chunks for the deadline to land in.
+        service = make_service(editor, verifier=str(tiny_model_dir), budget_ms=budget_ms, prefix_tokens=2048,
+                               cold_prefix_tokens=0)
         await service.load_models()
         made.append((service, editor))
     yield made
@@ -137,6 +139,33 @@ async def answered_empty_then_held(quick, editor: Editor) -> tuple["Results", "G
 def be_patient(service) -> None:
     """From now on the quick server has all the time it wants (its kept answers stay)."""
     service.settings = replace(service.settings, budget_ms=PATIENT_MS)
+
+
+async def test_a_multi_line_answer_is_ready_at_its_first_whole_line_then_whole(services):
+    (quick, editor), (patient, patient_editor) = services
+    for service in (quick, patient):
+        service.settings = replace(service.settings, multiline="always", max_new_tokens=40)
+    line, character = 5, 0  # a blank line between two functions: the tiny model writes a line, then more
+    [expected] = await patient_answer(patient, patient_editor, URI, line, character)
+    assert expected.split("\n")[0].strip() and expected.split("\n", 1)[-1].strip()
+    kept_when_told: list[str] = []
+    notify = quick.notify
+
+    def told(method: str, params: dict) -> None:
+        if method == READY_NOTIFICATION:
+            kept_when_told.append(quick.shown[URI].text)
+        notify(method, params)
+
+    quick.notify = told
+
+    editor.open(URI, TEXT)
+    assert await complete(quick, editor, URI, line, character) == []  # in time, nothing verified yet
+    await until(lambda: quick.telemetry.counts.get("continued"), "the background decode to end")
+    first, whole = kept_when_told
+    assert "\n" in first and expected.startswith(first) and len(first) < len(expected)  # told at a whole line
+    assert whole == expected and ready(editor) == [ready_params(URI, 1, line, character)] * 2
+    assert texts(await complete(quick, editor, URI, line, character)) == [expected]
+    assert quick.telemetry.recent[-1].source == "kept"
 
 
 async def test_a_cold_file_is_answered_in_time_then_ready_with_the_late_answers_text(services):

@@ -51,7 +51,8 @@ class Backend(Protocol):
 
         Stops at the request's deadline (answering what it has), or as soon as `cancel` is set.
         With `on_answer`, the deadline hands the completion so far to `on_answer` instead, and
-        decoding goes on until it ends or `cancel` is set: the result is the longer text.
+        decoding goes on until it ends or `cancel` is set: the result is the longer text. A
+        backend may call `on_answer` again as that text grows (the local engine: by whole lines).
         """
         ...
 
