@@ -52,11 +52,12 @@ def hole(middle: str, prefix: str = "def f(x):\n    ", suffix: str = "\n") -> Qu
 def test_judge():
     h = hole("return x + 1", prefix="def f(x):\n    x = x * 2\n    ")
     right = judge(h, "return x + 1  ", (0, True))
-    assert right == {"exact": True, "edit_similarity": 1.0, "stray_whitespace": False, "parses": True, "empty": False}
+    assert right == {"exact": True, "accepted_chars": 12, "edit_similarity": 1.0, "stray_whitespace": False,
+                     "parses": True, "empty": False}
     deeper = judge(h, "    return x + 1", (0, True))  # the model wrote a deeper line: an unexpected indent
     assert deeper["stray_whitespace"] and not deeper["exact"] and not deeper["parses"]
     broken = judge(h, "return (x + 1", (0, True))
-    assert not broken["parses"] and broken["edit_similarity"] > 0.9
+    assert not broken["parses"] and broken["edit_similarity"] > 0.9 and broken["accepted_chars"] == len("return ")
     assert judge(h, "", (0, True))["empty"] and judge(h, "", (0, True))["parses"] is None  # nothing shown, nothing broken
     assert not judge(hole(" 1", "x =", "\n"), " 1", (0, True))["stray_whitespace"]
     assert judge(h, "return (", (3, False))["parses"]  # a file that did not compile cannot get worse at it
@@ -67,7 +68,8 @@ def test_judge_counts_the_closers_an_item_replaces():
     """`foo(|)`: an item "a, b)" that replaces the ")" adds "a, b"; inserted without replacing, it doubles it."""
     h = hole("a, b", prefix="def f(a, b):\n    return g(", suffix=")\n")
     assert judge(h, "a, b)", (0, True), replaces=1) == {
-        "exact": True, "edit_similarity": 1.0, "stray_whitespace": False, "parses": True, "empty": False}
+        "exact": True, "accepted_chars": 4, "edit_similarity": 1.0, "stray_whitespace": False, "parses": True,
+        "empty": False}
     doubled = judge(h, "a, b)", (0, True))
     assert not doubled["exact"] and not doubled["parses"]
     assert judge(h, "a, b", (0, True), replaces=0)["exact"]
@@ -110,6 +112,49 @@ def test_quick_run_on_a_tiny_model(tiny_model_dir, tmp_path, capsys):
         assert all(0 <= entry["all"][m] <= 1 for m in ("exact", "edit_similarity", "parses", "empty"))
     assert result["config"]["context_budget"]["suffix_tokens"] > 0
     assert "| quickdraft suffix=16 |" in capsys.readouterr().out
+
+
+def test_quick_run_at_a_budget_records_confidences_and_the_gate_curve(tiny_model_dir, tmp_path, capsys):
+    code = cli_main(["bench", "quality", "--quick", "--verifier", str(tiny_model_dir), "--dtype", "float32",
+                     "--languages", "python", "--holes", "4", "--max-new-tokens", "8", "--budget-ms", "5000",
+                     "--configs", "raw,quickdraft", "--out", str(tmp_path), "--no-progress"])
+    assert code == 0
+    result = json.loads((tmp_path / "quality.json").read_text())
+    assert set(result["summary"]) == {"raw", "quickdraft @5000ms"} and set(result["gate"]) == {"quickdraft @5000ms"}
+    for record in result["holes"]:
+        answer = record["results"]["quickdraft @5000ms"]
+        assert (answer["confidence"] is None) == answer["empty"]
+        assert answer["confidence"] is None or 0 < answer["confidence"]["min"] <= answer["confidence"]["mean"] <= 1
+        assert 0 <= answer["accepted_chars"] <= len(answer["shown"]) and record["results"]["raw"]["confidence"] is None
+    for statistic, entry in result["gate"]["quickdraft @5000ms"].items():
+        rows = entry["rows"]["all"]
+        assert rows[0]["threshold"] == 0 and rows[0]["shown"] == 1 - result["summary"]["quickdraft @5000ms"]["all"]["empty"]
+        assert [r["shown"] for r in rows] == sorted((r["shown"] for r in rows), reverse=True)  # a gate only withholds
+        assert entry["choice"] in [r["threshold"] for r in rows]
+    assert "Confidence gate, quickdraft @5000ms" in capsys.readouterr().out
+
+
+def test_the_gate_curve_and_its_choice_from_recorded_confidences():
+    from engine.bench.quality_gate import choose, curve_row, gate_curves, half
+
+    def answer(mean, exact, accepted):
+        return {"empty": False, "exact": exact, "parses": True, "accepted_chars": accepted,
+                "confidence": {"mean": mean, "min": mean / 2}}
+
+    results = [answer(0.9, True, 20), answer(0.8, True, 10), answer(0.3, False, 1), answer(0.2, False, 0),
+               {"empty": True, "exact": False, "parses": None, "accepted_chars": 0, "confidence": None}]
+    ungated, gated = curve_row(results, 0.0, "mean"), curve_row(results, 0.5, "mean")
+    assert (ungated["shown"], ungated["exact_of_shown"], ungated["accepted_chars"]) == (0.8, 0.5, 6.2)
+    assert (gated["shown"], gated["exact_of_shown"], gated["accepted_chars"]) == (0.4, 1.0, 6.0)
+    assert curve_row(results, 0.42, "min")["shown"] == 0.2  # the least token's probability is stricter
+    # The highest threshold keeping 90 % of the ungated accepted characters: 0.5 keeps 6.0 of 6.2; 0.85 keeps 4.0.
+    rows = [curve_row(results, t, "mean") for t in (0.0, 0.5, 0.85)]
+    assert choose(rows) == 0.5
+    records = [{"path": f"f{i}.py", "results": {"q": r}} for i, r in enumerate(results)]
+    curves = gate_curves(records, "q")
+    assert {half(r["path"]) for r in records} == {"pick", "check"}  # both halves have files
+    assert curves["mean"]["rows"]["all"][0]["holes"] == 5
+    assert sum(curves["mean"]["rows"][side][0]["holes"] for side in ("pick", "check")) == 5
 
 
 # -- every language: discovery on a folder of our own, never on what this machine has --------------
@@ -257,12 +302,12 @@ def test_the_projects_own_files_are_never_corpus():
 
 
 def test_language_table():
-    rates = {"holes": 2, "exact": 0.5, "edit_similarity": 0.75, "stray_whitespace": 0.0, "parses": 1.0, "empty": 0.0,
-             "ms_mean": 10}
+    rates = {"holes": 2, "exact": 0.5, "exact_of_shown": 0.5, "edit_similarity": 0.75, "stray_whitespace": 0.0,
+             "parses": 1.0, "empty": 0.0, "accepted_chars": 3.5, "ms_mean": 10}
     summary = {"raw": {"all": rates, "language=c": rates, "language=java": {**rates, "parses": None}}}
     table = format_language_table({"summary": summary})
-    assert table.splitlines()[2:] == ["| c | raw | 2 | 50 % | 0.75 | 100 % | 0 % |",
-                                      "| java | raw | 2 | 50 % | 0.75 | – | 0 % |"]
+    assert table.splitlines()[2:] == ["| c | raw | 2 | 50 % | 50 % | 0.75 | 100 % | 0 % | 3.5 |",
+                                      "| java | raw | 2 | 50 % | 50 % | 0.75 | – | 0 % | 3.5 |"]
 
 
 def test_per_language_run_on_a_tiny_model(source_tree, tiny_model_dir, tmp_path, capsys, monkeypatch):
@@ -278,5 +323,6 @@ def test_per_language_run_on_a_tiny_model(source_tree, tiny_model_dir, tmp_path,
     for label in ("raw", "quickdraft"):
         assert all(result["summary"][label][f"language={lang}"]["holes"] == 1 for lang in ALL_LANGUAGES)
     out = capsys.readouterr().out
-    assert "| language | configuration | holes | exact | edit similarity | parses | empty |" in out
+    assert "| language | configuration | holes | exact | exact of shown | edit similarity | parses | empty | " \
+           "accepted chars |" in out
     assert all(f"| {lang} | quickdraft | 1 |" in out for lang in ALL_LANGUAGES)
