@@ -139,7 +139,7 @@ class QualityRunner:
             self.engine.heal = name != "noheal"
             self.engine.warm(self.request(hole))
 
-    def quickdraft(self, hole: QualityHole, heal: bool = True) -> tuple[str, int, dict | None]:
+    def quickdraft(self, hole: QualityHole, heal: bool = True) -> tuple[str, int, dict]:
         request = self.request(hole)
         if self.config.budget_ms:
             request = replace(request, budget_ms=self.config.budget_ms, received_at=time.monotonic())
@@ -147,15 +147,18 @@ class QualityRunner:
         try:
             result = self.engine.complete(request)
             confidence = result.confidence.to_dict() if result.confidence is not None else None
-            return result.text, result.replace_after, confidence
+            # Why an answer is empty at a budget: no pass in time, or a partial line that does not parse.
+            details = {"confidence": confidence, "stop_reason": getattr(result.stop_reason, "value", result.stop_reason),
+                       "passes": result.stats.verifier_passes, "raw": result.raw_text}
+            return result.text, result.replace_after, details
         finally:
             self.engine.heal = True
 
-    def complete(self, name: str, hole: QualityHole) -> tuple[str, int, dict | None]:
-        """(the text shown, characters after the cursor it replaces, its confidence); the raw
-        model replaces none and has no confidence."""
+    def complete(self, name: str, hole: QualityHole) -> tuple[str, int, dict]:
+        """(the text shown, characters after the cursor it replaces, details: its confidence, stop
+        reason, passes and raw text); the raw model replaces none and has no confidence."""
         if name == "raw":
-            return self.raw(hole), 0, None
+            return self.raw(hole), 0, {"confidence": None}
         return self.quickdraft(hole, heal=name != "noheal")
 
     def raw(self, hole: QualityHole) -> str:
@@ -188,8 +191,8 @@ class QualityRunner:
                     label = self.label(name, suffix_tokens)
                     self.warm(name, hole)
                     started = time.monotonic()
-                    shown, replaces, confidence = self.complete(name, hole)
-                    results[label] = {"shown": shown, "replaces": replaces, "confidence": confidence,
+                    shown, replaces, details = self.complete(name, hole)
+                    results[label] = {"shown": shown, "replaces": replaces, **details,
                                       "ms": round((time.monotonic() - started) * 1000),
                                       **judge(hole, shown, original, replaces)}
                     if on_result is not None:
