@@ -8,12 +8,10 @@ mode's output stays the verifier's own greedy output.
 from __future__ import annotations
 
 import statistics
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from engine.bench.common import round_or_none as _round
-
-if TYPE_CHECKING:
-    from engine.bench.decode import Run
+from engine.bench.runs import Run
 
 BASELINE = "hf-greedy"
 # Issue 5's targets for the hybrid drafter: tokens/s ratio against each baseline.

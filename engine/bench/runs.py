@@ -11,12 +11,25 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from engine.bench.corpus import Hole
 
-if TYPE_CHECKING:
-    from engine.bench.decode import EngineBench
+
+class EngineBench(Protocol):
+    """What a run needs of the benchmark (engine/bench/decode.py builds it)."""
+
+    config: Any
+    verifier: Any  # LoadedModel
+    draft: Any  # LoadedModel or None
+    tokenizer: Any
+    heads: Any  # the verifier's Medusa heads, or None
+    stop_ids: list[int]
+    eos_ids: list[int]
+
+    def drafter_for(self, mode: str) -> tuple[str, Any]: ...
+
+    def cold_cache(self, model) -> Any: ...
 
 
 @dataclass

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Protocol, Sequence
 
 from engine.bench.common import fmt, machine, machine_line, pyplot, text_table
 from engine.stats import percentile
 
-if TYPE_CHECKING:
-    from lsp_server.bench.session import SessionRun
+
+class SessionRun(Protocol):
+    """What the report reads of a typing session (lsp_server/bench/session.py runs it)."""
+
+    name: str
+    records: list  # RequestRecord
+    jumps: list[dict]
+    typed_chars: int
+    budget_ms: float
+    status: dict
+    final_stats: dict
 
 
 def summarize(run: SessionRun) -> dict:
