@@ -48,6 +48,7 @@ MAX_IMPORT_SCAN_CHARS = 20_000  # the head of the prefix where imports are read
 DEFINITION_HEAD_LINES = 4  # of a body, after the signature: the docstring's beginning
 DEFINITION_MAX_LINES = 16
 MAX_METHODS = 12  # signatures listed under a class
+SPECIFIC_METHOD_CHARS = 10  # a method whose name is shorter is found through its class only
 DEFINITION_SHARE = 0.6  # of the budget: definitions first, windows fill the rest
 STICKY_SIMILARITY = 0.6
 CHARS_PER_TOKEN = 3  # without a tokenizer: code averages 3–4, so this over-counts
@@ -331,6 +332,10 @@ class CrossFileContext:
         for rank, name in enumerate(names):
             for doc_path, index in indexes:
                 for line, text in index.definitions.get(name, [])[:2]:
+                    # A method named like a common attribute (get, close, data) is noise more often than
+                    # not: methods count by their own name only when it is specific; their class lists them.
+                    if text[:1].isspace() and len(name) < SPECIFIC_METHOD_CHARS:
+                        continue
                     snippets.append(Snippet(doc_path, line, text, 1.0 / (1 + rank), "definition"))
         return snippets
 

@@ -1,4 +1,4 @@
-"""`quickdraft bench engine | session | first-completion | passes | quality`: the headless benchmarks (see docs/benchmarks.md).
+"""`quickdraft bench engine | session | first-completion | passes | quality | crossfile`: the headless benchmarks (see docs/benchmarks.md).
 
 engine  — decoding speed at equal output: HF generate (greedy, assisted, prompt lookup) vs
           quickdraft's drafters on the same FIM prompts (engine/bench.py).
@@ -8,6 +8,8 @@ passes  — what one forward pass costs, eager vs static cache + CUDA graphs, wi
           models of the exact Qwen2.5-Coder shapes (engine/bench/passes.py); writes passes.json.
 quality — are completions right: exact match, edit similarity, stray whitespace, parse
           validity, quickdraft side by side with the raw model (engine/bench/quality.py).
+crossfile — holes that need a name from another file, and control holes, without and with
+          cross-file context (engine/bench/crossfile.py, lsp_server/cli/bench_crossfile.py).
 All write JSON with every raw figure (engine and session also PNG plots) under --out, and print a table.
 """
 
@@ -28,7 +30,7 @@ def add_parsers(sub) -> None:
     bench = sub.add_parser("bench", help="benchmarks: engine (decoding speed) | session (typing through the server) "
                                          "| first-completion (warming on vs off) "
                                          "| passes (per-pass cost, eager vs static cache + CUDA graphs) "
-                                         "| quality (are completions right)")
+                                         "| quality (are completions right) | crossfile (context from other files)")
     kinds = bench.add_subparsers(dest="bench", required=True)
 
     engine = kinds.add_parser("engine", help="decoding speed vs Hugging Face generate, on FIM holes from real files")
@@ -140,6 +142,10 @@ def add_parsers(sub) -> None:
     quality.add_argument("--verifiers", help="comma-separated verifiers measured side by side on the same holes "
                                              "(instead of --verifier)")
     quality.set_defaults(handler=run_quality)
+
+    from lsp_server.cli.bench_crossfile import add_parser as add_crossfile
+
+    add_crossfile(kinds, _common)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
