@@ -136,30 +136,38 @@ def _name_of(node) -> str | None:
     return name.text.decode("utf-8", "replace") if name is not None and name.text else None
 
 
-def _signature_end(node) -> int:
-    """The last line of a definition's header (where its body starts)."""
+def _header_rows(node, lines: list[str]) -> tuple[int, int]:
+    """(first, past last) line of a definition's header. Python's body starts at its first statement's
+    line, which is not the header's; a brace language's body starts at ``{``, on the header's last line."""
+    start = node.start_point[0]
     body = node.child_by_field_name("body")
-    return body.start_point[0] if body is not None else node.end_point[0]
+    if body is None:
+        return start, node.end_point[0] + 1
+    row, column = body.start_point
+    opens_on_header = row < len(lines) and lines[row][:column].strip()
+    return start, max(row + 1 if opens_on_header else row, start + 1)
 
 
-def _header_rows(node) -> tuple[int, int]:
-    """(first, past last) line of a definition's header: up to where its body starts (Python's body
-    starts at its first statement's line; a brace language's on the header's own line)."""
-    start, end = node.start_point[0], _signature_end(node)
-    return start, max(end, start + 1)
+def _docstring_end(node) -> int | None:
+    """The line after the docstring that opens a definition's body (Python), or None."""
+    body = node.child_by_field_name("body")
+    first = body.named_children[0] if body is not None and body.named_children else None
+    if first is not None and first.type == "expression_statement" and first.named_children \
+            and first.named_children[0].type == "string":
+        return first.end_point[0] + 1
+    return None
 
 
 def _head(lines: list[str], node, members: list) -> str:
-    """Signature and the beginning of the body; for a class, its members' signatures too."""
-    start, body = _header_rows(node)
+    """Signature and the head of its docstring, never the code of the body; for a class, its
+    members' signatures too."""
+    start, body = _header_rows(node, lines)
     text = lines[start: min(body, start + DEFINITION_MAX_LINES)]
-    room = DEFINITION_MAX_LINES - len(text)
-    head_end = min(body + min(DEFINITION_HEAD_LINES, room), node.end_point[0] + 1)
-    if members:  # a class's head is its docstring: its first member starts what is listed as signatures
-        head_end = min(head_end, members[0].start_point[0])
-    text += lines[body: head_end]
+    docstring_end = _docstring_end(node)
+    if docstring_end is not None:
+        text += lines[body: min(docstring_end, body + DEFINITION_HEAD_LINES, start + DEFINITION_MAX_LINES)]
     for member in members[:MAX_METHODS]:
-        m_start, m_body = _header_rows(member)
+        m_start, m_body = _header_rows(member, lines)
         if m_start >= start + len(text):
             text += lines[m_start: min(m_body, m_start + 3)]
     return "\n".join(text)

@@ -69,7 +69,7 @@ def test_definitions_of_names_used_near_the_cursor_give_signatures_not_bodies():
     assert "def parse_settings(path, *, strict=True, defaults=None):" in text
     assert "Read a settings file" in text  # the docstring's head
     assert "def __init__(self, plugins, fallback=None):" in text and "def lookup(self, name):" in text
-    assert "BODY_OF_LOOKUP" not in text and "BODY_OF_INIT" not in text
+    assert "BODY_OF_LOOKUP" not in text and "BODY_OF_INIT" not in text and "SECRET_BODY_MARKER" not in text
 
 
 def test_the_current_document_and_an_empty_budget_give_nothing():
@@ -227,3 +227,15 @@ def test_closed_documents_kept_are_bounded():
         workspace.remove_text_document(f"file:///w/{name}")
     assert len(workspace.closed_documents) == CLOSED_KEPT
     assert "file:///w/f0.py" not in workspace.closed_documents
+
+
+def test_the_remote_backends_prompt_gets_the_same_snippets():
+    from engine.backends.remote_prompt import PromptRenderer
+
+    renderer = PromptRenderer()  # no tokenizer: a text prompt, budgets in characters
+    renderer.context_budget = ContextBudget(prefix_tokens=256, suffix_tokens=16, other_documents_tokens=300)
+    prefix = "from pkg.helpers import parse_settings\n\n\ndef main(argv):\n    config = "
+    prompt = renderer.render(CompletionRequest(prefix=prefix, path=PATH, other_documents=[
+        ("/w/geometry.py", GEOMETRY), ("/w/pkg/helpers.py", HELPERS)]))
+    assert "def parse_settings(path, *, strict=True, defaults=None):" in prompt.prompt
+    assert "SECRET_BODY_MARKER" not in prompt.prompt and "alpha_value_0" not in prompt.prompt

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from engine.anchor import Anchor, typed_since
+from engine.crossfile import CrossFileContext, tokenizer_counter
 from engine.errors import ModelError
 from engine.fim import FimTemplate, detect_fim_template
 from engine.prompt import ContextBudget, build_prompt, encode_middle
@@ -96,6 +97,7 @@ class PromptRenderer:
         self.context_budget = self.default_budget
         self._window_starts: dict[str, int] = {}  # per document: where its prefix window begins
         self._anchors: dict[str, Anchor] = {}  # per document: the prompt typing continues
+        self.crossfile = CrossFileContext(tokenizer_counter(tokenizer) if tokenizer is not None else None)
 
     def render(self, request) -> RemotePrompt:
         if self.tokenizer is None:
@@ -117,7 +119,7 @@ class PromptRenderer:
         so the server's prompt cache (llama.cpp cache_prompt, vLLM prefix caching) keeps matching."""
         key = request.path or ""
         start = self._window_starts.get(key)
-        args = dict(path=request.path, other_documents=request.other_documents)
+        args = dict(path=request.path, other_documents=self._documents(request))
         if start is not None and 0 < start <= len(request.prefix):
             stretched = replace(self.context_budget, prefix_tokens=self.context_budget.prefix_tokens * 5 // 4)
             parts = build_prompt(self.tokenizer, self.template, request.prefix[start:], request.suffix,
@@ -132,13 +134,18 @@ class PromptRenderer:
             self._window_starts.pop(key, None)
         return parts
 
+    def _documents(self, request) -> list[tuple[str, str]]:
+        """Snippets of the other documents chosen for the cursor, as the local engine's (engine/crossfile.py)."""
+        return self.crossfile.documents(request.path, request.prefix, request.other_documents,
+                                        self.context_budget.other_documents_tokens)
+
     def windows(self, request) -> tuple[str, str, list[tuple[str, str]]]:
         """Prefix, suffix and other documents cut to the budget in characters (no tokenizer here)."""
         budget = self.context_budget
         prefix = _tail_lines(request.prefix, budget.prefix_tokens * CHARS_PER_TOKEN)
         suffix = _head_lines(request.suffix, budget.suffix_tokens * CHARS_PER_TOKEN)
         documents, room = [], budget.other_documents_tokens * CHARS_PER_TOKEN
-        for path, text in request.other_documents:
+        for path, text in self._documents(request):
             kept = _head_lines(text, room - len(path) - 2)
             if path != request.path and kept.strip():
                 documents.append((path, kept))
