@@ -188,6 +188,14 @@ def test_a_new_anchor_nearby_reuses_the_contexts_kv_cache(verifier):
     assert moved.stats.prefill_tokens < moved.prompt_tokens - context_tokens
 
 
+def test_warming_prefills_the_context_too(verifier):
+    engine = new_engine(verifier)
+    assert engine.warm(request(PREFIX)) > 200
+    result = engine.complete(request(PREFIX))
+    assert result.stats.prefill_tokens == 1  # the context, prefix and suffix all came from the warm
+    assert result.token_ids == new_engine(verifier).complete(request(PREFIX)).token_ids
+
+
 # -- the server: recently edited documents first, closed ones remembered --------------------------
 
 
