@@ -31,7 +31,7 @@ from engine.medusa.store import find_heads
 from engine.models.loading import LoadedModel, check_pair, load_model, parse_device
 from engine.models.quantize import ROWS_PER_READ, pass_prompt_tokens
 from engine.modes import check_drafter, needs_draft_model
-from engine.postprocess import postprocess, stop_strings_for
+from engine.postprocess import left_its_block, postprocess, stop_strings_for
 from engine.prompt import ContextBudget, build_prompt, encode_middle, heal_middle
 from engine.stats import DecodeStats
 from engine.syntax import current_line_parts, decide_multiline, language_from
@@ -280,6 +280,8 @@ class CompletionEngine:
             # Token healing: the output first retypes the end of the text the prompt left out.
             constraint=healing_constraint(self.tokenizer, prompt.healed, self.verifier.model.config.vocab_size,
                                           current_line_parts(request.prefix, "")[0]) if self.heal else None,
+            done_at_line=(lambda text: left_its_block(after_healed(text, prompt.healed), prefix=request.prefix,
+                                                      suffix=request.suffix, language=language)) if multiline else None,
         )
 
         def finish(result: GenerationResult, multiline: bool = multiline) -> CompletionResult:

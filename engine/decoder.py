@@ -62,6 +62,9 @@ class GenerationConfig:
     # first but its last token (None: no limit). int8 weights make long passes dear.
     pass_prompt_tokens: int | None = None
     constraint: TokenConstraint | None = None  # applied to the verifier's logits (token healing)
+    # Asked with the text each time it gains a line: True ends the output there, as a stop string
+    # would (a multi-line completion that left its block: what follows would be cut anyway).
+    done_at_line: Callable[[str], bool] | None = None
 
 
 @dataclass
@@ -156,7 +159,8 @@ class SpeculativeDecoder:
 
             if stream is not None:
                 delta = stream.update(output)
-                if stream.stopped:
+                if stream.stopped or (config.done_at_line is not None and "\n" in delta
+                                      and config.done_at_line(stream.text)):
                     stop = StopReason.STOP_STRING
                 if delta and on_text is not None:
                     on_text(delta)

@@ -204,6 +204,12 @@ def trim_to_scope(text: str, ctx: Context) -> str:
     return trim_to_scope_by_indentation(text, ctx)
 
 
+def left_its_block(completion: str, *, prefix: str, suffix: str, language: str | None) -> bool:
+    """A multi-line completion in the making has a whole line past its block: decoding on is waste."""
+    whole = completion[: completion.rfind("\n")].rstrip()  # its finished lines
+    return "\n" in whole and len(trim_to_scope(whole, Context(prefix, suffix, language, True)).rstrip()) < len(whole)
+
+
 def trim_to_scope_by_indentation(text: str, ctx: Context) -> str:
     """Stop when the completion leaves the block it started in, judged by indentation.
 

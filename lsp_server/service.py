@@ -316,11 +316,12 @@ class CompletionService:
         self.notify_progress("ready")
 
     def grew(self, cursor: Cursor, partial, is_stale) -> None:
-        """Answered, and decoding on: a multi-line answer gained a line. Its first whole line is
-        worth showing before the rest is decoded (the user may start typing before then)."""
+        """Answered, and decoding on: a multi-line answer gained a line. The first time it shows more
+        than was answered, that is worth showing before the rest is decoded (the user may start
+        typing before then); the rest follows when the decode ends."""
         shown = self.shown.get(cursor.uri)
-        if (shown is None or is_stale() or (shown.prefix, shown.suffix) != (cursor.prefix, cursor.suffix)
-                or "\n" in shown.text or "\n" not in partial.text or not partial.text.startswith(shown.text)):
+        if (shown is None or shown.complete or is_stale() or (shown.prefix, shown.suffix) != (cursor.prefix, cursor.suffix)
+                or len(partial.text) <= len(shown.text) or not partial.text.startswith(shown.text)):
             return
         self.shown[cursor.uri] = Shown(cursor.prefix, cursor.suffix, partial.text, partial.replace_after, complete=True)
         self.notify_ready(cursor)

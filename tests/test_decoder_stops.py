@@ -176,6 +176,18 @@ def test_after_the_deadlines_answer_each_new_line_is_handed_over(text_model):
     assert unanswered == [] and len(answers) == 1
 
 
+def test_a_caller_may_end_the_output_at_a_line(text_model):
+    model, tokenizer = text_model
+    prompt = tokenizer("def add(a, b):\n    return", add_special_tokens=False)["input_ids"]
+    decoder = SpeculativeDecoder(model, make_drafter("lookup"), tokenizer)
+    plain = decoder.generate(prompt, GenerationConfig(max_new_tokens=40))
+    asked: list[str] = []
+    done = decoder.generate(prompt, GenerationConfig(max_new_tokens=40, done_at_line=lambda text: not asked.append(text)))
+    assert done.stop_reason == "stop_string" and asked == [done.text]  # asked once, at the first line
+    assert "\n" in done.text and plain.text.startswith(done.text) and len(done.text) < len(plain.text)
+    assert done.token_ids == plain.token_ids[: len(done.token_ids)]
+
+
 def test_stop_string_cuts_the_text_before_it(text_model):
     model, tokenizer = text_model
     prompt = tokenizer("def add(a, b):\n    return", add_special_tokens=False)["input_ids"]

@@ -25,6 +25,7 @@ from engine.postprocess import (
     drop_whitespace_only,
     keep_first_line,
     keep_the_file_parsing,
+    left_its_block,
     postprocess,
     run_filters,
     start_at_cursor_indentation,
@@ -518,3 +519,15 @@ def test_a_try_block_being_typed_may_grow_before_its_except():
     got = postprocess("elif spos == len(c):", prefix=prefix, suffix=suffix, language="python", multiline=False,
                       ended=True)
     assert got.text == "elif spos == len(c):"
+
+
+@pytest.mark.parametrize("completion, done", [
+    ("x = 1\n        return x\n", False),
+    ("x = 1\n        return x\n\n    def h(self):\n", True),  # a whole line past the method's body
+    ("x = 1\n        return x\n\n    def h(se", False),  # that line is not finished yet
+    ("if x:\n            y()\n        elif z:\n", False),  # the statement goes on
+    ("x = 1\n", False),
+])
+def test_a_multi_line_completion_is_done_once_it_left_its_block(completion, done):
+    prefix, suffix = "class A:\n    def f(self):\n        ", "\n\n    def g(self):\n        pass\n"
+    assert left_its_block(completion, prefix=prefix, suffix=suffix, language="python") is done

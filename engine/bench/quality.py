@@ -60,6 +60,7 @@ class QualityBenchConfig:
     configs: Sequence[str] = CONFIGS
     suffix_tokens: Sequence[int | None] = (None,)  # None: the engine's budget for its device
     prefix_tokens: int | None = None
+    cold_prefix_tokens: int | None = None  # a hole's prompt is cold: this window (0: prefix_tokens); None: the engine's
     max_new_tokens: int = 48
     budget_ms: float | None = None  # answer within this, warm caches (None: no deadline)
     progress: bool = True
@@ -125,6 +126,8 @@ class QualityRunner:
         budget = self.engine.default_budget
         if self.config.prefix_tokens is not None:
             budget = replace(budget, prefix_tokens=self.config.prefix_tokens)
+        if self.config.cold_prefix_tokens is not None:
+            budget = replace(budget, cold_prefix_tokens=self.config.cold_prefix_tokens)
         return budget if suffix_tokens is None else replace(budget, suffix_tokens=suffix_tokens)
 
     def request(self, hole: QualityHole):

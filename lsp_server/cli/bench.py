@@ -134,6 +134,9 @@ def add_parsers(sub) -> None:
     quality.add_argument("--suffix-tokens", help="comma-separated prompt budgets after the cursor, one run each "
                                                  "(default: the engine's for its device)")
     quality.add_argument("--prefix-tokens", type=int, help="prompt budget before the cursor (default: the engine's)")
+    quality.add_argument("--cold-prefix-tokens", type=int,
+                         help="the window of a prompt no cache holds, as every hole's is (0: --prefix-tokens; "
+                              "default: the engine's, 128 on a CPU)")
     quality.add_argument("--drafter", choices=DRAFTER_MODES, help="default: the server's for this machine")
     quality.add_argument("--max-new-tokens", type=int, help="longest completion (default 48; --quick 16)")
     quality.add_argument("--device", help="cpu | cuda (default: cuda when present)")
@@ -363,6 +366,7 @@ def run_quality(args: argparse.Namespace) -> int:
     config = QualityBenchConfig(
         holes=_pick(args.holes, args.quick, 6, 36), seed=args.seed, languages=_csv(args.languages, DEFAULT_LANGUAGES),
         kinds=kinds, configs=configs, suffix_tokens=suffix_tokens, prefix_tokens=args.prefix_tokens,
+        cold_prefix_tokens=args.cold_prefix_tokens,
         max_new_tokens=_pick(args.max_new_tokens, args.quick, 16, 48), budget_ms=args.budget_ms,
         progress=not args.no_progress,
     )
