@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 import torch
 
 from engine.anchor import Anchor, typed_since
-from engine.confidence import Confidence, answer_confidence, gate
+from engine.confidence import Confidence, answer_confidence, default_min_confidence, gate
 from engine.crossfile import CrossFileContext, tokenizer_counter
 from engine.decoder import GenerationConfig, GenerationResult, OnDeadline, SpeculativeDecoder, StopReason
 from engine.drafters import DrafterConfig, make_drafter
@@ -67,7 +67,8 @@ class CompletionRequest:
     received_at: float | None = None
     temperature: float = 0.0
     seed: int | None = None
-    min_confidence: float = 0.0  # withhold answers the verifier is less sure of (engine/confidence.py); 0: off
+    # Withhold answers the verifier is less sure of (engine/confidence.py); 0: off, None: the model's default.
+    min_confidence: float | None = None
 
 
 @dataclass
@@ -284,6 +285,8 @@ class CompletionEngine:
                                                       suffix=request.suffix, language=language)) if multiline else None,
         )
 
+        threshold = default_min_confidence(self.verifier.name) if request.min_confidence is None else request.min_confidence
+
         def finish(result: GenerationResult, multiline: bool = multiline) -> CompletionResult:
             text = after_healed(result.text, prompt.healed)  # what follows the cursor
             shown = postprocess(text, prefix=request.prefix, suffix=request.suffix, language=language,
@@ -294,7 +297,7 @@ class CompletionEngine:
                 token_ids=result.token_ids, stop_reason=result.stop_reason, multiline=multiline,
                 prompt_tokens=len(prompt.token_ids), stats=copy.deepcopy(result.stats), anchored=prompt.anchored,
                 confidence=answer_confidence(self.tokenizer, result, shown.text, prompt.healed),
-            ), request.min_confidence)
+            ), threshold)
 
         answered = False
 

@@ -23,6 +23,14 @@ from typing import Sequence
 LOW_CONFIDENCE = "low_confidence"  # CompletionResult.withheld: the gate's reason
 # The statistic the gate compares with the threshold ("mean" or "min"): docs/benchmarks.md.
 GATE_STATISTIC = "mean"
+# Measured per model (a threshold is a point on one model's calibration curve): the highest that
+# kept >= 90 % of the accepted characters on half the files (docs/benchmarks.md, "Confidence
+# gate"). Other models, the tiny test models among them, are not gated unless the user asks.
+DEFAULT_MIN_CONFIDENCE = {"qwen2.5-coder-0.5b": 0.6}
+
+
+def default_min_confidence(model_name: str) -> float:
+    return DEFAULT_MIN_CONFIDENCE.get(model_name, 0.0)
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,9 @@ class Settings:
     cold_prefix_tokens: int | None = None  # the prefix of a prompt no cache holds (a jump); 0: as prefix_tokens
     adaptive_drafting: bool = True  # switch drafters when draft acceptance stays under 50 %
     warm: bool = True  # prefill the cursor's prompt window in the background (lsp_server/warming.py)
-    # Withhold answers whose verifier confidence is below this (engine/confidence.py; 0: show all).
-    min_confidence: float = 0.0
+    # Withhold answers whose verifier confidence is below this (engine/confidence.py; 0: show all;
+    # None: the threshold measured for the verifier, 0.6 for the 0.5B).
+    min_confidence: float | None = None
     # A shared inference server instead of local models (engine/backends/remote.py).
     backend: str | None = None  # URL of an OpenAI-compatible server; None: the local engine
     backend_model: str | None = None  # the model name it serves; None: the first it lists

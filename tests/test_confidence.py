@@ -77,7 +77,7 @@ def engine(tiny_model_dir):
                             context_budget=ContextBudget(prefix_tokens=96, suffix_tokens=16, other_documents_tokens=0))
 
 
-def request(min_confidence: float, path: str) -> CompletionRequest:
+def request(min_confidence: float | None, path: str) -> CompletionRequest:
     return CompletionRequest(prefix="def total(values):\n    return sum(", suffix=")\n", path=path, language="python",
                              max_new_tokens=8, multiline=False, min_confidence=min_confidence)
 
@@ -119,3 +119,13 @@ def test_telemetry_counts_withheld_answers():
 
 def test_confidence_dict_is_plain_data():
     assert Confidence(0.5, 0.25, 3).to_dict() == {"mean": 0.5, "min": 0.25, "tokens": 3}
+
+
+def test_an_unset_threshold_is_the_verifiers_measured_default(engine, monkeypatch):
+    from engine import confidence
+
+    assert confidence.default_min_confidence("qwen2.5-coder-0.5b") == 0.6
+    assert engine.complete(request(None, "/w/default.py")).withheld == ""  # no threshold measured for a tiny model
+    monkeypatch.setitem(confidence.DEFAULT_MIN_CONFIDENCE, engine.verifier.name, 1.0)
+    assert engine.complete(request(None, "/w/default.py")).withheld == LOW_CONFIDENCE
+    assert engine.complete(request(0.0, "/w/default.py")).withheld == ""  # the user's 0 turns it off

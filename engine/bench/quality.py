@@ -133,8 +133,9 @@ class QualityRunner:
     def request(self, hole: QualityHole):
         from engine.completion import CompletionRequest
 
+        # The gate off: every answer is judged, and its confidence recorded for the gate's curve.
         return CompletionRequest(prefix=hole.prefix, suffix=hole.suffix, path=hole.path, language=hole.language,
-                                 max_new_tokens=self.config.max_new_tokens, multiline=hole.multiline)
+                                 max_new_tokens=self.config.max_new_tokens, multiline=hole.multiline, min_confidence=0.0)
 
     def warm(self, name: str, hole: QualityHole) -> None:
         """At a budget, prefill the prompt first, as the server's warming does before the user pauses."""
