@@ -136,7 +136,10 @@ def test_rapid_requests_while_typing_only_the_newest_completes(server, tmp_path)
     finally:
         server.configure({"maxNewTokens": OPTIONS["maxNewTokens"], "multiline": "auto"})
     assert all(r == [] for r in results[:-1])
-    assert results[-1], "the newest request is answered"
+    # The newest ran to its end (its text may be empty: a block the tiny model ends at once
+    # is judged by the parser, and random text rarely parses).
+    newest = max((r for r in server.stats()["recent"] if r["uri"] == uri), key=lambda r: int(r["id"]))
+    assert newest["source"] == "model" and newest["stop_reason"] not in ("cancelled", "deadline"), newest
     finished = after["model"] - before["model"] - (after["cancelled"] - before["cancelled"])
     assert finished == 1
     dropped = (after["superseded"] - before["superseded"]) + (after["cancelled"] - before["cancelled"]) \
@@ -146,10 +149,11 @@ def test_rapid_requests_while_typing_only_the_newest_completes(server, tmp_path)
 
 def test_cancel_request_frees_the_worker_within_a_verifier_pass(server, tmp_path):
     uri = (tmp_path / "cancel.py").as_uri()
-    server.open(uri, "def g(y):\n    return ")
+    # At the top level a completion cannot leave its block by indentation: it decodes on.
+    server.open(uri, "y = 1\n")
     server.configure({"maxNewTokens": 1024, "multiline": "always"})
     try:
-        future = server.start_completion(uri, 1, 11, msg_id="cancel-me")
+        future = server.start_completion(uri, 1, 0, msg_id="cancel-me")
         # The tiny model writes ~1,000 tokens a second on a quiet CPU: cancel well inside that.
         time.sleep(0.25)
         server.cancel("cancel-me")
@@ -169,12 +173,12 @@ def test_cancel_request_frees_the_worker_within_a_verifier_pass(server, tmp_path
 def test_stale_version_gets_nothing(server, tmp_path):
     busy = (tmp_path / "busy.py").as_uri()
     stale = (tmp_path / "stale.py").as_uri()
-    server.open(busy, "def h(z):\n    return ")
+    server.open(busy, "z = 1\n")  # top level: its completion cannot leave its block, it decodes on
     server.open(stale, "def k(w):\n    return ")
     server.configure({"maxNewTokens": 1024, "multiline": "always"})
     try:
         # The blocker holds the worker until it is cancelled, however fast the CPU is.
-        blocker = server.start_completion(busy, 1, 11, msg_id="blocker")
+        blocker = server.start_completion(busy, 1, 0, msg_id="blocker")
         waiting = server.submit(server._complete(stale, 1, 11))
         time.sleep(0.1)  # the server has queued it behind the blocker
         server.edit(stale, (1, 11), (1, 11), "w")  # the queued request is now for an old version
