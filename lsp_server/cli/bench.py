@@ -22,6 +22,10 @@ import sys
 from pathlib import Path
 
 from engine.modes import DRAFTER_MODES
+from lsp_server.cli.bench_args import add_common as _common
+from lsp_server.cli.bench_args import comma_list as _csv
+from lsp_server.cli.bench_args import pick as _pick
+from lsp_server.cli.bench_args import report as _report
 
 log = logging.getLogger(__name__)
 
@@ -151,21 +155,8 @@ def add_parsers(sub) -> None:
     add_crossfile(kinds, _common)
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="*", metavar="FILE_OR_DIR",
-                        help="corpus files or folders (default: stdlib and installed-package modules, by --seed)")
-    parser.add_argument("--quick", action="store_true", help="a small configuration (a few minutes on a CPU)")
-    parser.add_argument("--out", default="bench-out", help="folder for JSON and PNG (default bench-out)")
-    parser.add_argument("--seed", type=int, default=0, help="corpus and hole choice (default 0)")
-    parser.add_argument("--verifier", help="preset, directory or .gguf (default: the default pair's verifier)")
-    parser.add_argument("--draft", help="draft model, or 'none'")
-    parser.add_argument("--dtype", help="int8 | bfloat16 | float16 | float32 (default: the engine's, int8 weights on a "
-                                        "CPU and bf16 on CUDA; bench engine: bf16 where fast, else fp32)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
-def _pick(value, quick: bool, quick_value, default):
-    return value if value is not None else (quick_value if quick else default)
 
 
 def run_engine(args: argparse.Namespace) -> int:
@@ -327,13 +318,6 @@ def run_passes(args: argparse.Namespace) -> int:
     return _report(result, format_table(result), Path(args.out) / "passes.json")
 
 
-def _report(result: dict, table: str, path: Path) -> int:
-    """Write the result as JSON, print its table; the exit status."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1))
-    print(table)
-    print(f"wrote {path}")
-    return 0
 
 
 def _verifiers(text: str | None) -> tuple[str, ...] | None:
@@ -342,8 +326,6 @@ def _verifiers(text: str | None) -> tuple[str, ...] | None:
     return tuple(name.strip() for name in text.split(",") if name.strip() and name.strip() != "none")
 
 
-def _csv(text: str | None, default):
-    return tuple(part.strip() for part in text.split(",") if part.strip()) if text else default
 
 
 def run_quality(args: argparse.Namespace) -> int:

@@ -25,7 +25,7 @@ def run_crossfile(args: argparse.Namespace) -> int:
     from engine.bench.decode import environment
     from engine.completion import CompletionEngine
     from engine.errors import QuickdraftError
-    from lsp_server.cli.bench import _csv, _pick, _report
+    from lsp_server.cli.bench_args import comma_list as _csv, pick as _pick, report as _report
     from lsp_server.settings import machine_defaults
 
     configs = _csv(args.configs, ("raw", "context"))
