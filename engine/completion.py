@@ -8,6 +8,7 @@ prefix. It is not thread-safe: callers (the LSP scheduler) run it on a single wo
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import threading
 import time
@@ -434,14 +435,20 @@ class CompletionEngine:
         in_prompt = {path for path, _ in parts.other_documents}
         for path, text in request.other_documents:
             if path not in in_prompt and path != request.path:
-                parts.token_streams.append(
-                    self.tokenizer(text[:LOOKUP_DOCUMENT_CHARS], add_special_tokens=False)["input_ids"])
+                parts.token_streams.append(list(_lookup_stream(self.tokenizer, text[:LOOKUP_DOCUMENT_CHARS])))
         return parts
 
     @torch.inference_mode()
     def _run(self, prompt_ids, config, streams, cancel, on_text, on_deadline=None, on_line=None) -> GenerationResult:
         return self.decoder.generate(prompt_ids, config, context_streams=streams, cancel=cancel, on_text=on_text,
                                      on_deadline=on_deadline, on_line=on_line)
+
+
+@functools.lru_cache(maxsize=32)
+def _lookup_stream(tokenizer, text: str) -> tuple[int, ...]:
+    """Another document's tokens, once per text: every fresh prompt copies from the same few, and
+    tokenizing them again (~10 ms each, holding the GIL) delays the event loop's answers."""
+    return tuple(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 @dataclass
