@@ -26,7 +26,7 @@ class Anchor:
     prefix: str  # the document before the cursor when the anchor was set
     suffix: str  # and after it
     token_ids: list[int]  # the rendered FIM prompt, ending at the middle token
-    token_streams: list[list[int]]  # lookup streams of that prompt (suffix, other documents)
+    token_streams: list  # lookup streams of that prompt (suffix, other documents)
     healed: str = ""  # the end of the prefix left out of the prompt (token healing): the middle starts with it
 
 

@@ -435,7 +435,7 @@ class CompletionEngine:
         in_prompt = {path for path, _ in parts.other_documents}
         for path, text in request.other_documents:
             if path not in in_prompt and path != request.path:
-                parts.token_streams.append(list(_lookup_stream(self.tokenizer, text[:LOOKUP_DOCUMENT_CHARS])))
+                parts.token_streams.append(_lookup_stream(self.tokenizer, text[:LOOKUP_DOCUMENT_CHARS]))
         return parts
 
     @torch.inference_mode()
@@ -446,14 +446,14 @@ class CompletionEngine:
 
 @functools.lru_cache(maxsize=32)
 def _lookup_stream(tokenizer, text: str) -> tuple[int, ...]:
-    """Another document's tokens, once per text: every fresh prompt copies from the same few, and
-    tokenizing them again (~10 ms each, holding the GIL) delays the event loop's answers."""
+    """Another document's tokens, once per text: every fresh prompt copies from the same few. The
+    same object each time, so prompt lookup keeps its index of them too (engine/drafters/prompt_lookup.py)."""
     return tuple(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 @dataclass
 class Prompt:
     token_ids: list[int]
-    token_streams: list[list[int]]  # worth copying from: prompt lookup indexes them
+    token_streams: list[Sequence[int]]  # worth copying from: prompt lookup indexes them
     anchored: bool  # typed text was appended to an anchor's prompt
     healed: str = ""  # text before the cursor the prompt leaves out, for the model to retype

@@ -74,3 +74,19 @@ def test_medusa_needs_heads(verifier):
     with pytest.raises(ModelError, match="heads train"):
         make_drafter("medusa", None, verifier=verifier)
     assert type(make_drafter("hybrid", None)).__name__ == "HybridDrafter"  # no heads: lookup's chain
+
+
+def test_prompt_lookup_keeps_the_index_of_a_stream_it_had_before():
+    from engine.drafters.prompt_lookup import PromptLookupDrafter
+    from engine.verify import SamplingParams
+
+    document = tuple(range(100, 160)) * 3  # another document's tokens, the same object at every request
+    drafter = PromptLookupDrafter()
+    drafter.start([1, 2, 3], [document])
+    first = drafter.streams[0]
+    drafter.start([1, 2, 3, 4], [document, [7, 8, 9]])
+    assert drafter.streams[0] is first  # not indexed again
+    proposed = drafter.propose([5, 100, 101, 102], 4, SamplingParams()).tokens
+    drafter.start([1, 2, 3, 4], [list(document)])  # an equal copy: indexed anew
+    assert drafter.streams[0] is not first
+    assert drafter.propose([5, 100, 101, 102], 4, SamplingParams()).tokens == proposed == [103, 104, 105, 106]

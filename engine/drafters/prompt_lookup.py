@@ -72,14 +72,21 @@ class PromptLookupDrafter:
         self.length = DraftLength(initial=max_tokens, minimum=2, maximum=max_tokens)
         self.sequence = NgramIndex(min_n, max_n)
         self.streams: list[NgramIndex] = []
+        self._indexed: dict[int, tuple[Sequence[int], NgramIndex]] = {}  # id(stream) → (stream, its index)
 
     def start(self, prompt_ids: Sequence[int], context_streams: Sequence[Sequence[int]] = ()) -> None:
+        # A stream the last request had too (another document, the anchor's suffix) keeps its index:
+        # indexing thousands of tokens in Python at every keystroke holds the GIL for tens of ms.
         self.sequence = NgramIndex(self.min_n, self.max_n)
-        self.streams = []
+        previous, self._indexed = self._indexed, {}
         for stream in context_streams:
-            index = NgramIndex(self.min_n, self.max_n)
-            index.extend(stream)
-            self.streams.append(index)
+            stream_and_index = previous.get(id(stream))
+            if stream_and_index is None or stream_and_index[0] is not stream:
+                index = NgramIndex(self.min_n, self.max_n)
+                index.extend(stream)
+                stream_and_index = (stream, index)
+            self._indexed[id(stream)] = stream_and_index
+        self.streams = [self._indexed[id(stream)][1] for stream in context_streams]
 
     def match(self, tokens: Sequence[int], max_tokens: int) -> tuple[int, list[int]]:
         """Best continuation over the sequence itself (most recent first) and the context streams."""
