@@ -42,8 +42,8 @@ LOOP_ANSWER_MARGIN_S = 0.008
 @dataclass
 class Shown:
     """The last completion answered for a document: typing through it needs no model, and
-    once `complete` (its decode ended by itself, not by a deadline or a cancel) asking again at
-    the same spot needs none either."""
+    once `complete` (its decode ended by itself, not by a deadline or a cancel, or it has the
+    first line the client was told of) asking again at the same spot needs none either."""
 
     prefix: str
     suffix: str
