@@ -11,6 +11,7 @@ import asyncio
 import threading
 import time
 from collections import namedtuple
+from dataclasses import replace
 
 import pytest
 from lsprotocol import types
@@ -48,7 +49,9 @@ def verifier(tiny_model_dir):
 
 
 def new_engine(verifier) -> CompletionEngine:
-    return CompletionEngine(verifier, None, drafter="lookup", context_budget=CPU_CONTEXT_BUDGET)
+    # The whole window cold (no short first window): a warm long enough to land a cancel in.
+    return CompletionEngine(verifier, None, drafter="lookup",
+                            context_budget=replace(CPU_CONTEXT_BUDGET, cold_prefix_tokens=0))
 
 
 class Session:
