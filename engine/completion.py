@@ -17,26 +17,26 @@ from typing import Callable, Sequence
 
 import torch
 
-from engine.anchor import Anchor, typed_since
-from engine.confidence import Confidence, answer_confidence, default_min_confidence, gate
-from engine.crossfile import CrossFileContext, tokenizer_counter
-from engine.decoder import GenerationConfig, GenerationResult, OnDeadline, SpeculativeDecoder, StopReason
+from engine.text.anchor import Anchor, typed_since
+from engine.decoding.confidence import Confidence, answer_confidence, default_min_confidence, gate
+from engine.text.crossfile import CrossFileContext, tokenizer_counter
+from engine.decoding.decoder import GenerationConfig, GenerationResult, OnDeadline, SpeculativeDecoder, StopReason
 from engine.drafters import DrafterConfig, make_drafter
 from engine.errors import ModelError, PromptError
-from engine.fim import FimTemplate, detect_fim_template
-from engine.healing import after_healed, healing_constraint, skip_chars, stops_outside
-from engine.healing import vocabulary as healing_vocabulary
-from engine.kv import PREFILL_CHUNK
-from engine.kv_static import cache_factory
+from engine.text.fim import FimTemplate, detect_fim_template
+from engine.text.healing import after_healed, healing_constraint, skip_chars, stops_outside
+from engine.text.healing import vocabulary as healing_vocabulary
+from engine.decoding.kv import PREFILL_CHUNK
+from engine.decoding.kv_static import cache_factory
 from engine.medusa.store import find_heads
 from engine.models.loading import LoadedModel, check_pair, load_model, parse_device
 from engine.models.quantize import ROWS_PER_READ, pass_prompt_tokens
 from engine.modes import check_drafter, needs_draft_model
-from engine.postprocess import left_its_block, postprocess, stop_strings_for
-from engine.prompt import ContextBudget, build_prompt, encode_middle, heal_middle
+from engine.text.postprocess import left_its_block, postprocess, stop_strings_for
+from engine.text.prompt import ContextBudget, build_prompt, encode_middle, heal_middle
 from engine.stats import DecodeStats
-from engine.syntax import current_line_parts, decide_multiline, language_from
-from engine.verify import SamplingParams
+from engine.text.syntax import current_line_parts, decide_multiline, language_from
+from engine.decoding.verify import SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class CompletionRequest:
     received_at: float | None = None
     temperature: float = 0.0
     seed: int | None = None
-    # Withhold answers the verifier is less sure of (engine/confidence.py); 0: off, None: the model's default.
+    # Withhold answers the verifier is less sure of (engine/decoding/confidence.py); 0: off, None: the model's default.
     min_confidence: float | None = None
 
 
@@ -114,7 +114,7 @@ class CompletionEngine:
         self.default_budget = context_budget or ContextBudget()
         self._context_budget = self.default_budget
         self.crossfile = CrossFileContext(tokenizer_counter(self.tokenizer))  # other documents' snippets
-        self._heal = True  # token healing (engine.healing); the quality bench turns it off to compare
+        self._heal = True  # token healing (engine.text.healing); the quality bench turns it off to compare
         # Static KV cache + CUDA graphs on CUDA (captured here, at load), the dynamic cache on a CPU.
         self._new_cache = cache_factory(verifier.device)
         self._draft_cache = None  # kept across drafter switches: recapturing graphs costs seconds
@@ -393,7 +393,7 @@ class CompletionEngine:
             self._anchors[path] = anchor
             typed = ""
         # The middle so far is what healing cut off the anchor's prefix plus what was typed since;
-        # its own end is healed in turn (engine.healing).
+        # its own end is healed in turn (engine.text.healing).
         middle, healed = heal_middle(self.tokenizer, self.template, anchor.healed + typed) if self.heal else (typed, "")
         ids = anchor.token_ids + encode_middle(self.tokenizer, self.template, middle)
         # The last completion at this spot is the likeliest draft for what follows the typed text.

@@ -75,7 +75,7 @@ def looks_binary(cursor: Cursor) -> bool:
 
 def other_documents(workspace, current_uri: str) -> list[tuple[str, str]]:
     """Other documents worth showing the model, most relevant first: the recently edited ones (open,
-    or closed since), then the other open ones. The engine picks snippets of them (engine/crossfile.py)."""
+    or closed since), then the other open ones. The engine picks snippets of them (engine/text/crossfile.py)."""
     recent = list(reversed(getattr(workspace, "recent_edits", {})))
     open_documents = dict(workspace.text_documents)
     closed = getattr(workspace, "closed_documents", {})

@@ -21,7 +21,7 @@ from pygls.workspace import TextDocument as PyglsTextDocument
 from pygls.workspace import Workspace as PyglsWorkspace
 
 _LSP_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
-RECENT_EDITS = 16  # documents remembered as recently edited, for cross-file context (engine/crossfile.py)
+RECENT_EDITS = 16  # documents remembered as recently edited, for cross-file context (engine/text/crossfile.py)
 CLOSED_KEPT = 8  # recently edited documents whose text is kept after they are closed
 CLOSED_MAX_CHARS = 200_000  # a larger closed document is not kept
 

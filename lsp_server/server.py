@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer

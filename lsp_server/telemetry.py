@@ -42,7 +42,7 @@ class RequestRecord:
     tau: float = 0.0
     drafters: dict = field(default_factory=dict)
     text_chars: int = 0
-    withheld: str = ""  # why an answer the model gave was not shown (engine/confidence.py)
+    withheld: str = ""  # why an answer the model gave was not shown (engine/decoding/confidence.py)
     confidence: float | None = None  # the gated statistic of the answer, shown or withheld
 
     @property

@@ -35,7 +35,7 @@ from typing import Any
 
 from lsprotocol import types
 
-from engine.anchor import Anchor, typed_since
+from engine.text.anchor import Anchor, typed_since
 from engine.errors import QuickdraftError
 from lsp_server.context import Cursor, build_request, locate, looks_binary
 from lsp_server.documents import canonical_uri

@@ -9,7 +9,7 @@ import pytest
 from engine.completion import CompletionEngine, CompletionRequest
 from engine.errors import ConfigError, PromptError
 from engine.models.loading import load_model
-from engine.prompt import ContextBudget
+from engine.text.prompt import ContextBudget
 
 LONG_PREFIX = "".join(f"def function_{i}(value):\n    return value * {i}\n\n" for i in range(60))
 

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from engine.completion import CompletionEngine, CompletionRequest
-from engine.confidence import LOW_CONFIDENCE, Confidence, shown_chars, token_confidence
-from engine.decoder import GenerationConfig, SpeculativeDecoder
+from engine.decoding.confidence import LOW_CONFIDENCE, Confidence, shown_chars, token_confidence
+from engine.decoding.decoder import GenerationConfig, SpeculativeDecoder
 from engine.drafters import DrafterConfig, make_drafter
 from engine.models.loading import load_model
-from engine.prompt import ContextBudget
+from engine.text.prompt import ContextBudget
 from lsp_server.cli import main as cli_main
 from lsp_server.settings import Settings, apply_client_settings
 from lsp_server.telemetry import RequestRecord, Telemetry
@@ -122,7 +122,7 @@ def test_confidence_dict_is_plain_data():
 
 
 def test_an_unset_threshold_is_the_verifiers_measured_default(engine, monkeypatch):
-    from engine import confidence
+    from engine.decoding import confidence
 
     assert confidence.default_min_confidence("qwen2.5-coder-0.5b") == 0.6
     assert engine.complete(request(None, "/w/default.py")).withheld == ""  # no threshold measured for a tiny model

@@ -1,4 +1,4 @@
-"""Cross-file context (engine/crossfile.py): which snippets of other documents go into the prompt,
+"""Cross-file context (engine/text/crossfile.py): which snippets of other documents go into the prompt,
 bounded work on hostile input, a selection that keeps the KV cache while the user types, and the
 server's memory of recently edited documents (lsp_server/documents.py, lsp_server/context.py)."""
 
@@ -9,11 +9,11 @@ import time
 import pytest
 from lsprotocol import types
 
-from engine import crossfile
+from engine.text import crossfile
 from engine.completion import CompletionEngine, CompletionRequest
-from engine.crossfile import CrossFileContext, build_index
+from engine.text.crossfile import CrossFileContext, build_index
 from engine.models.loading import load_model
-from engine.prompt import ContextBudget
+from engine.text.prompt import ContextBudget
 from lsp_server.context import other_documents
 from lsp_server.documents import CLOSED_KEPT, Workspace
 
@@ -157,7 +157,7 @@ def test_the_prompt_holds_the_chosen_snippets_not_whole_documents(verifier):
     kept = dict(prompt.other_documents)
     assert "/w/geometry.py" in kept and "rotate_vector" in kept["/w/geometry.py"]
     assert "alpha_value_0" not in kept["/w/geometry.py"]  # the document's head, far from anything alike
-    engine.crossfile.enabled = False  # the old behaviour: heads of whole documents
+    engine.text.crossfile.enabled = False  # the old behaviour: heads of whole documents
     engine._forget_prompts()
     assert "alpha_value_0" in dict(engine._fresh_prompt(request(PREFIX)).other_documents)["/w/geometry.py"]
 

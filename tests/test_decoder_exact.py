@@ -6,9 +6,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.decoder import GenerationConfig, SpeculativeDecoder
+from engine.decoding.decoder import GenerationConfig, SpeculativeDecoder
 from engine.drafters import Draft, DrafterConfig, make_drafter
-from engine.verify import SamplingParams
+from engine.decoding.verify import SamplingParams
 
 from support.tiny_models import TINY_VOCAB
 

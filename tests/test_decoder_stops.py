@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from engine.decoder import GenerationConfig, SpeculativeDecoder
+from engine.decoding.decoder import GenerationConfig, SpeculativeDecoder
 from engine.drafters import make_drafter
 from engine.errors import PromptError
 from support.tiny_models import assert_logits_close
@@ -245,7 +245,7 @@ def test_prompt_lookup_index_is_incremental():
 
 
 def test_chunked_prefill_is_exact_and_a_cancelled_prefill_is_reused(verifier):
-    from engine.kv import KVCache
+    from engine.decoding.kv import KVCache
 
     prompt = [(7 * i) % 60 + 1 for i in range(40)]
     whole_logits, whole_fed = KVCache(verifier).prefill(prompt, chunk=None)

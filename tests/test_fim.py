@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from support.toy_tokenizers import make_tokenizer  # noqa: E402
 
 from engine.errors import PromptError  # noqa: E402
-from engine.fim import detect_fim_template, line_comment  # noqa: E402
+from engine.text.fim import detect_fim_template, line_comment  # noqa: E402
 
 PRE, SUF = "def f(x):\n    ", "\n    return y\n"
 DOCS = [("lib/util.py", "def helper():\n    pass\n"), ("README.md", "# Title")]
@@ -136,7 +136,7 @@ def test_real_qwen_tokenizer_is_detected_and_renders():
     assert t.family == "qwen2.5-coder" and t.has_repo_format
     assert {"<|endoftext|>", "<|fim_pad|>", "<|file_sep|>"} <= set(t.stop_tokens)
 
-    from engine.prompt import build_prompt
+    from engine.text.prompt import build_prompt
 
     parts = build_prompt(tok, t, "def add(a, b):\n    ", "\n", path="m.py")
     ids = parts.token_ids

@@ -22,11 +22,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 from support.tiny_models import noisy_copy, random_heads  # noqa: E402
 from support.toy_tokenizers import make_tokenizer  # noqa: E402
 
-from engine.decoder import GenerationConfig, SpeculativeDecoder  # noqa: E402
-from engine.drafters.base import Draft  # noqa: E402
+from engine.decoding.decoder import GenerationConfig, SpeculativeDecoder  # noqa: E402
+from engine.decoding.draft import Draft  # noqa: E402
 from engine.drafters import DrafterConfig, make_drafter  # noqa: E402
-from engine.fim import detect_fim_template  # noqa: E402
-from engine.healing import (  # noqa: E402
+from engine.text.fim import detect_fim_template  # noqa: E402
+from engine.text.healing import (  # noqa: E402
     HealingConstraint,
     after_healed,
     healing_constraint,
@@ -36,8 +36,8 @@ from engine.healing import (  # noqa: E402
 )
 from engine.models.tiny import build_model, build_tokenizer  # noqa: E402
 from engine.modes import DRAFTER_MODES  # noqa: E402
-from engine.prompt import _Encoder, build_prompt  # noqa: E402
-from engine.tree import TokenTree  # noqa: E402
+from engine.text.prompt import _Encoder, build_prompt  # noqa: E402
+from engine.decoding.tree import TokenTree  # noqa: E402
 
 QWEN_DIR = Path(os.environ.get("QUICKDRAFT_HOME") or Path.home() / ".cache" / "quickdraft") / "models" / "qwen2.5-coder-0.5b"
 

@@ -287,7 +287,7 @@ def test_sampling_with_a_narrower_draft_vocabulary_follows_the_verifier():
     import torch
     from scipy.stats import chisquare
 
-    from engine.verify import SamplingParams, accept, probs_from_logits
+    from engine.decoding.verify import SamplingParams, accept, probs_from_logits
 
     params = SamplingParams(temperature=1.0)
     logits = torch.tensor([[0.9, 0.1, -0.5, 0.4, 0.0, -1.0, 0.7, 0.3], [0.0] * 8])
@@ -306,7 +306,7 @@ def test_sampling_with_a_narrower_draft_vocabulary_follows_the_verifier():
 def test_acceptance_with_a_wider_draft_vocabulary_never_emits_a_token_the_verifier_lacks():
     import torch
 
-    from engine.verify import SamplingParams, accept
+    from engine.decoding.verify import SamplingParams, accept
 
     logits = torch.zeros(2, 6)  # the verifier knows 6 tokens
     draft_probs = torch.full((1, 8), 1 / 8)  # the draft pads to 8 and drafted token 7
@@ -323,8 +323,8 @@ def test_tree_sampling_with_draft_vocabularies_padded_differently_follows_the_ve
     import torch
     from scipy.stats import chisquare
 
-    from engine.tree import TokenTree, tree_accept
-    from engine.verify import SamplingParams, probs_from_logits
+    from engine.decoding.tree import TokenTree, tree_accept
+    from engine.decoding.verify import SamplingParams, probs_from_logits
 
     params = SamplingParams(temperature=1.0)
     root = torch.tensor([0.9, 0.1, -0.5, 0.4, 0.0, -1.0, 0.7, 0.3])

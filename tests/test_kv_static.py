@@ -12,9 +12,9 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from engine.kv import KVCache
-from engine.kv_static import BUCKETS, PassCancelled, StaticKVCache, cache_factory
-from engine.verify import SamplingParams, greedy_decision, speculative_decision
+from engine.decoding.kv import KVCache
+from engine.decoding.kv_static import BUCKETS, PassCancelled, StaticKVCache, cache_factory
+from engine.decoding.verify import SamplingParams, greedy_decision, speculative_decision
 
 from support.tiny_models import TINY_VOCAB, assert_logits_close
 

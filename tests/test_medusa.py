@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from engine.decoder import GenerationConfig, SpeculativeDecoder
+from engine.decoding.decoder import GenerationConfig, SpeculativeDecoder
 from engine.drafters import make_drafter
 from engine.errors import ModelError
 from engine.medusa.choices import build_tree, expected_length, tune_choices

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.syntax_check import first_that_parses
-from engine.postprocess import (
+from engine.text.syntax_check import first_that_parses
+from engine.text.postprocess import (
     FILTERS,
     Context,
     cut_at_unprintable,
@@ -34,7 +34,7 @@ from engine.postprocess import (
     trim_to_scope_by_indentation,
     trim_trailing_blanks,
 )
-from engine.range_correction import PostprocessedCompletion, correct_range
+from engine.text.range_correction import PostprocessedCompletion, correct_range
 
 GOLDEN = Path(__file__).parent / "golden" / "postprocess"
 CURSOR = "║"
@@ -478,7 +478,7 @@ def unindented(text: str) -> str:
 
 
 def test_huge_document_is_only_parsed_near_the_cursor(monkeypatch):
-    import engine.syntax as syntax
+    import engine.text.syntax as syntax
 
     seen: list[int] = []
     real = syntax.parse

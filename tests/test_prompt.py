@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).parent))
 from support.toy_tokenizers import make_tokenizer  # noqa: E402
 
-from engine.fim import detect_fim_template  # noqa: E402
-from engine.prompt import ContextBudget, build_prompt  # noqa: E402
+from engine.text.fim import detect_fim_template  # noqa: E402
+from engine.text.prompt import ContextBudget, build_prompt  # noqa: E402
 
 
 def toks(tok, text: str) -> list[int]:

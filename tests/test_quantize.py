@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.decoder import GenerationConfig, SpeculativeDecoder
+from engine.decoding.decoder import GenerationConfig, SpeculativeDecoder
 from engine.drafters import DrafterConfig, make_drafter
 from engine.errors import ModelError
 from engine.models.loading import load_model, parse_precision

@@ -11,7 +11,7 @@ from engine.backends.base import BackendError, Health
 from engine.backends.connection import check_url, is_loopback
 from engine.backends.remote import RemoteBackend, RemoteConfig
 from engine.completion import CompletionEngine, CompletionRequest
-from engine.prompt import ContextBudget
+from engine.text.prompt import ContextBudget
 from support.llama_server import MISSING, LlamaServer, binary, one_slot_server
 from support.model_fixtures import PRINTABLE, write_tiny_gguf
 

@@ -15,10 +15,10 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from engine.decoder import GenerationConfig, SpeculativeDecoder
+from engine.decoding.decoder import GenerationConfig, SpeculativeDecoder
 from engine.drafters import DrafterConfig, make_drafter
 from engine.models.tiny import build_model
-from engine.verify import SamplingParams, accept, probs_from_logits
+from engine.decoding.verify import SamplingParams, accept, probs_from_logits
 
 from support.tiny_models import noisy_copy
 

@@ -18,10 +18,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.decoder import GenerationConfig, SpeculativeDecoder
+from engine.decoding.decoder import GenerationConfig, SpeculativeDecoder
 from engine.drafters import DrafterConfig, make_drafter
-from engine.kv_static import StaticKVCache
-from engine.verify import SamplingParams
+from engine.decoding.kv_static import StaticKVCache
+from engine.decoding.verify import SamplingParams
 
 from test_decoder_exact import AlwaysWrongDrafter, prompts, reference
 from test_sampling_exact import LENGTH, SAMPLES, exact_distribution, goodness_of_fit, small_verifier  # noqa: F401 (fixture)

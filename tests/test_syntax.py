@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-import engine.syntax as syntax
-from engine.syntax import decide_multiline, get_parser, language_from, scope_end, window_start
+import engine.text.syntax as syntax
+from engine.text.syntax import decide_multiline, get_parser, language_from, scope_end, window_start
 
 
 @pytest.mark.parametrize(

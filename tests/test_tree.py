@@ -13,12 +13,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.kv import KVCache
-from engine.kv_static import StaticKVCache
+from engine.decoding.kv import KVCache
+from engine.decoding.kv_static import StaticKVCache
 from engine.models.tiny import build_model
-from engine.tree import TokenTree, greedy_tree_accept
-from engine.tree_kv import tree_attention_mask, tree_position_ids, verify_tree
-from engine.verify import SamplingParams, probs_from_logits, sample
+from engine.decoding.tree import TokenTree, greedy_tree_accept
+from engine.decoding.tree_kv import tree_attention_mask, tree_position_ids, verify_tree
+from engine.decoding.verify import SamplingParams, probs_from_logits, sample
 
 from test_decoder_exact import reference
 from test_sampling_exact import ALPHA, SAMPLES, VOCAB, exact_distribution, goodness_of_fit

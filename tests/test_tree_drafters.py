@@ -8,12 +8,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.decoder import GenerationConfig, SpeculativeDecoder
+from engine.decoding.decoder import GenerationConfig, SpeculativeDecoder
 from engine.drafters import DrafterConfig, make_drafter
 from engine.drafters.prompt_lookup import NgramIndex
 from engine.drafters.trees import TreeLookupDrafter
 from engine.errors import ModelError
-from engine.verify import SamplingParams
+from engine.decoding.verify import SamplingParams
 
 from test_decoder_exact import prompts, reference
 from support.tiny_models import TINY_VOCAB, random_heads
@@ -78,7 +78,7 @@ def test_medusa_needs_heads(verifier):
 
 def test_prompt_lookup_keeps_the_index_of_a_stream_it_had_before():
     from engine.drafters.prompt_lookup import PromptLookupDrafter
-    from engine.verify import SamplingParams
+    from engine.decoding.verify import SamplingParams
 
     document = tuple(range(100, 160)) * 3  # another document's tokens, the same object at every request
     drafter = PromptLookupDrafter()

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from engine.completion import LOOKAHEAD_TOKENS, CompletionEngine, CompletionRequest
-from engine.decoder import GenerationConfig, SpeculativeDecoder
+from engine.decoding.decoder import GenerationConfig, SpeculativeDecoder
 from engine.models.loading import load_model
-from engine.healing import healing_constraint
-from engine.prompt import ContextBudget, encode_middle, heal_middle
+from engine.text.healing import healing_constraint
+from engine.text.prompt import ContextBudget, encode_middle, heal_middle
 
 PREFIX = "".join(f"def function_{i}(value):\n    return value * {i}\n\n" for i in range(12)) + "def typed("
 SUFFIX = "\n\ndef after(x):\n    return x\n"
@@ -179,7 +179,7 @@ def check_look_ahead(verifier, typed: str) -> None:
 
     def on_answer(completion):
         answers.append(completion)
-        cache_at_answer.append(len(engine.decoder.kv))
+        cache_at_answer.append(len(engine.decoding.decoder.kv))
 
     final = engine.complete(looked_ahead_request(PREFIX + typed), on_answer=on_answer)
     assert final.stop_reason == "stop_string"  # the tiny model ends these lines within 64 tokens

@@ -1,4 +1,4 @@
-"""Acceptance computed for all drafted positions at once (engine/verify.py), checked against
+"""Acceptance computed for all drafted positions at once (engine/decoding/verify.py), checked against
 the rule position by position: greedy on hand-made logits, sampling on its edge cases."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.verify import SamplingParams, accept, greedy_accept, on_device
+from engine.decoding.verify import SamplingParams, accept, greedy_accept, on_device
 
 
 def logits_choosing(tokens: list[int], vocab: int = 6) -> torch.Tensor:

@@ -5,7 +5,7 @@ the local cache), the prompt is built as the local engine builds it and sent as 
 ids: the server sees the same tokens, user text can never become a control token, and
 the server's prompt cache (llama.cpp cache_prompt, vLLM/SGLang prefix caching) keeps
 matching — the prefix window's start sticks, and while the user types at the cursor the
-typed text goes after the middle token of an anchored prompt (engine/anchor.py), so a
+typed text goes after the middle token of an anchored prompt (engine/text/anchor.py), so a
 keystroke adds only its own tokens at the end. Without a tokenizer, the template is
 rendered as text with character budgets, control-token look-alikes in the user's text
 defused.
@@ -17,11 +17,11 @@ import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from engine.anchor import Anchor, typed_since
-from engine.crossfile import CrossFileContext, tokenizer_counter
+from engine.text.anchor import Anchor, typed_since
+from engine.text.crossfile import CrossFileContext, tokenizer_counter
 from engine.errors import ModelError
-from engine.fim import FimTemplate, detect_fim_template
-from engine.prompt import ContextBudget, build_prompt, encode_middle
+from engine.text.fim import FimTemplate, detect_fim_template
+from engine.text.prompt import ContextBudget, build_prompt, encode_middle
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class PromptRenderer:
         return parts
 
     def _documents(self, request) -> list[tuple[str, str]]:
-        """Snippets of the other documents chosen for the cursor, as the local engine's (engine/crossfile.py)."""
+        """Snippets of the other documents chosen for the cursor, as the local engine's (engine/text/crossfile.py)."""
         return self.crossfile.documents(request.path, request.prefix, request.other_documents,
                                         self.context_budget.other_documents_tokens)
 

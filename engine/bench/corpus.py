@@ -15,24 +15,19 @@ from __future__ import annotations
 import ast
 import io
 import logging
-import os
 import random
-import sysconfig
 import tokenize
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from engine.text.sources import SOURCE_SUFFIXES, default_corpus_roots, read_source, size_ok, walk_sources
+
 log = logging.getLogger(__name__)
 
 HOLE_KINDS = ("body", "statement_end", "midline")
-SOURCE_SUFFIXES = {".py", ".js", ".ts", ".tsx", ".jsx", ".go", ".rs", ".java", ".c", ".h", ".cc", ".cpp", ".hpp",
-                   ".rb", ".lua", ".sh", ".kt", ".swift", ".cs", ".php", ".scala"}
-# Not representative of code a user writes, or huge generated tables.
-_SKIP_DIRS = {"__pycache__", "test", "tests", "idlelib", "lib2to3", "ensurepip", "turtledemo", "encodings",
-              "site-packages", "dist-packages", "node_modules", ".git", "_vendor", "vendor", "pydoc_data"}
-MIN_FILE_CHARS, MAX_FILE_CHARS = 2_000, 200_000
+
 BODY_LINES = (2, 40)  # a body hole spans this many lines (first statement to the end)
 
 
@@ -60,31 +55,6 @@ class Hole:
 # ----------------------------------------------------------------------------- corpus
 
 
-def _walk_sources(root: Path, suffixes: set[str]) -> list[Path]:
-    found: list[Path] = []
-    for directory, subdirs, files in os.walk(root):
-        subdirs[:] = sorted(d for d in subdirs if d not in _SKIP_DIRS and not d.startswith("."))
-        for name in sorted(files):
-            path = Path(directory, name)
-            if path.suffix in suffixes and not name.startswith("test_"):
-                found.append(path)
-    return found
-
-
-def _size_ok(path: Path) -> bool:
-    try:
-        size = path.stat().st_size
-    except OSError:
-        return False
-    return MIN_FILE_CHARS <= size <= MAX_FILE_CHARS
-
-
-def default_corpus_roots() -> dict[str, Path]:
-    """The installed standard library and the installed packages (no network needed)."""
-    paths = sysconfig.get_paths()
-    return {"stdlib": Path(paths["stdlib"]), "packages": Path(paths["purelib"])}
-
-
 def default_corpus(count: int, seed: int, sources: Sequence[str] = ("stdlib", "packages")) -> list[Path]:
     """`count` Python modules picked by `seed`, alternating between the sources.
 
@@ -96,7 +66,7 @@ def default_corpus(count: int, seed: int, sources: Sequence[str] = ("stdlib", "p
     for source in sources:
         if source not in roots:
             raise ValueError(f"unknown corpus source {source!r}; choose from {', '.join(roots)}")
-        pool = [p for p in _walk_sources(roots[source], {".py"}) if _size_ok(p)]
+        pool = [p for p in walk_sources(roots[source], {".py"}) if size_ok(p)]
         random.Random(f"{seed}:{source}").shuffle(pool)
         pools.append(pool)
     picked: list[Path] = []
@@ -115,7 +85,7 @@ def expand_paths(paths: Iterable[str | Path], seed: int, count: int | None = Non
     for item in paths:
         path = Path(item)
         if path.is_dir():
-            found = [p for p in _walk_sources(path, SOURCE_SUFFIXES) if _size_ok(p)]
+            found = [p for p in walk_sources(path, SOURCE_SUFFIXES) if size_ok(p)]
             random.Random(f"{seed}:{path}").shuffle(found)
             files.extend(found)
         elif path.is_file():
@@ -286,15 +256,6 @@ def cut_hole(path: str, text: str, kind: str, rng: random.Random) -> Hole | None
     # Leave enough prefix for a real prompt: not in the first few lines of the file.
     candidates = [h for h in candidates if h.line >= 8] or candidates
     return rng.choice(candidates) if candidates else None
-
-
-def read_source(path: Path | zipfile.Path) -> str | None:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError, KeyError, zipfile.BadZipFile) as error:
-        log.debug("skipping %s: %s", path, error)
-        return None
-    return text if "\x00" not in text else None
 
 
 def make_holes(files: Sequence[Path], count: int, seed: int, kinds: Sequence[str] = HOLE_KINDS) -> list[Hole]:

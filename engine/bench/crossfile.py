@@ -6,11 +6,11 @@ completed by `CompletionEngine.complete` (token healing, speculative decoding, p
 no latency budget) under each configuration, side by side in one run:
 
 - ``raw``: no other documents in the prompt (the CPU default today: other_documents_tokens 0);
-- ``context``: the documents open beside the file, as engine/crossfile.py picks snippets of them
+- ``context``: the documents open beside the file, as engine/text/crossfile.py picks snippets of them
   (definitions of names near the cursor or imported, windows alike the code before the cursor),
   within ``context_tokens``;
 - ``heads``: the same documents, whole from their start as far as the budget goes (what the
-  prompt builder did before engine/crossfile.py).
+  prompt builder did before engine/text/crossfile.py).
 
 Judged like `bench quality` (engine/bench/quality.py): ``exact`` and ``edit_similarity`` against
 the removed text, and ``first_name``: the completion starts with the name the line goes on with
@@ -52,7 +52,7 @@ def complete(engine, hole: CrossFileHole, name: str, config: CrossFileBenchConfi
 
     tokens = 0 if name == "raw" else config.context_tokens
     engine.context_budget = replace(engine.default_budget, other_documents_tokens=tokens)
-    engine.crossfile.enabled = name != "heads"
+    engine.text.crossfile.enabled = name != "heads"
     engine._forget_prompts()  # every hole and configuration from a fresh prompt: no anchor carried over
     request = CompletionRequest(prefix=hole.prefix, suffix=hole.suffix, path=hole.path, language=hole.language,
                                 other_documents=[] if name == "raw" else hole.documents,
@@ -60,7 +60,7 @@ def complete(engine, hole: CrossFileHole, name: str, config: CrossFileBenchConfi
     try:
         result = engine.complete(request)
     finally:
-        engine.crossfile.enabled = True
+        engine.text.crossfile.enabled = True
         engine.context_budget = engine.default_budget
     return result.text, result.replace_after, result.prompt_tokens
 

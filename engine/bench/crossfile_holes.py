@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from engine.bench.corpus import _SKIP_DIRS, MAX_FILE_CHARS, MIN_FILE_CHARS, read_source
+from engine.text.sources import MAX_FILE_CHARS, MIN_FILE_CHARS, SKIP_DIRS, read_source
 from engine.bench.quality_holes import QualityHole, line_holes
 from engine.bench.quality_sources import REPO, is_project_file
 
@@ -85,7 +85,7 @@ def packages(roots: Sequence[Path], seed: int, exclude: frozenset[str] = frozens
         except OSError:
             continue
         for entry in entries:
-            if entry.name in _SKIP_DIRS or entry.name in exclude or entry.name.startswith((".", "_")) \
+            if entry.name in SKIP_DIRS or entry.name in exclude or entry.name.startswith((".", "_")) \
                     or is_project_file(entry):
                 continue
             try:
@@ -100,7 +100,7 @@ def packages(roots: Sequence[Path], seed: int, exclude: frozenset[str] = frozens
 def modules(package: Path) -> list[Path]:
     out = []
     for directory, subdirs, files in os.walk(package):
-        subdirs[:] = sorted(d for d in subdirs if d not in _SKIP_DIRS and not d.startswith((".", "test")))
+        subdirs[:] = sorted(d for d in subdirs if d not in SKIP_DIRS and not d.startswith((".", "test")))
         out += [Path(directory, f) for f in sorted(files) if f.endswith(".py") and not f.startswith("test")]
         if len(out) >= MAX_PACKAGE_MODULES:
             break

@@ -112,7 +112,7 @@ class EngineBench:
 
     # -- prompts ----------------------------------------------------------------------
     def prompt(self, hole: Hole) -> Prompt:
-        from engine.prompt import ContextBudget, build_prompt
+        from engine.text.prompt import ContextBudget, build_prompt
 
         budget = ContextBudget(self.config.prefix_tokens, self.config.suffix_tokens, 0)
         parts = build_prompt(self.tokenizer, self.template, hole.prefix, hole.suffix, path=hole.path, budget=budget)
@@ -127,7 +127,7 @@ class EngineBench:
     def cold_cache(self, model):
         """The KV cache the engine uses on this device (static + CUDA graphs on CUDA), emptied: one
         per model, so graphs are captured once, and every run still starts cold."""
-        from engine.kv_static import cache_factory
+        from engine.decoding.kv_static import cache_factory
 
         cache = self._caches.get(id(model))
         if cache is None:

@@ -24,13 +24,13 @@ from typing import Callable
 
 import torch
 
-from engine import cuda_graphs
+from engine.decoding import cuda_graphs
 from engine.bench.model_configs import DRAFT, VERIFIERS, config_for
 from engine.drafters.draft_model import DraftModelDrafter
-from engine.kv import PREFILL_CHUNK, KVCache
-from engine.kv_static import BUCKETS, StaticKVCache
+from engine.decoding.kv import PREFILL_CHUNK, KVCache
+from engine.decoding.kv_static import BUCKETS, StaticKVCache
 from engine.models.quantize import quantize_int8
-from engine.verify import SamplingParams, greedy_accept
+from engine.decoding.verify import SamplingParams, greedy_accept
 
 log = logging.getLogger(__name__)
 

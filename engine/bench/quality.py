@@ -43,7 +43,7 @@ from typing import Callable, Sequence
 
 from engine.bench.quality_gate import accepted_chars, format_gate_table, gate_curves
 from engine.bench.quality_holes import DEFAULT_LANGUAGES, QUALITY_KINDS, QualityHole
-from engine.syntax_check import syntax_errors
+from engine.text.syntax_check import syntax_errors
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ class QualityRunner:
         """HF greedy on the FIM prompt quickdraft would build, without healing."""
         import torch
 
-        from engine.prompt import build_prompt
+        from engine.text.prompt import build_prompt
 
         engine = self.engine
         parts = build_prompt(engine.tokenizer, engine.template, hole.prefix, hole.suffix, path=hole.path,

@@ -1,6 +1,6 @@
 """The confidence gate's trade, from one `bench quality` run's recorded confidences.
 
-Every answer's confidence (engine/confidence.py: the geometric-mean and the least token
+Every answer's confidence (engine/decoding/confidence.py: the geometric-mean and the least token
 probability of the text shown) is recorded with the gate off, so each threshold's outcome
 is computed, not re-run: an answer is shown when its statistic reaches the threshold. Per
 threshold: shown % (of holes), exact % of shown, parses % of shown, and accepted characters

@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from engine.bench.corpus import (
-    Hole, _line_starts, _string_lines, body_holes, display_path, midline_holes, read_source, statement_end_holes,
+    Hole, _line_starts, _string_lines, body_holes, display_path, midline_holes, statement_end_holes,
 )
 from engine.bench.quality_sources import ALL_LANGUAGES, Root, Source, known_languages, language_files
-from engine.syntax import get_parser
+from engine.text.sources import read_source
+from engine.text.syntax import get_parser
 
 QUALITY_KINDS = ("line", "midline", "multiline")
 MULTILINE_MAX_LINES = 6

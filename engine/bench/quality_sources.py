@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence, Union
 
-from engine.bench.corpus import _SKIP_DIRS, MAX_FILE_CHARS, MIN_FILE_CHARS, default_corpus, read_source
+from engine.bench.corpus import default_corpus
+from engine.text.sources import MAX_FILE_CHARS, MIN_FILE_CHARS, SKIP_DIRS, read_source
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ def _wanted(name: str, size: int, suffixes: Sequence[str]) -> bool:
 
 @functools.cache
 def _files_on_disk(root: str, suffixes: tuple[str, ...], skip: tuple[str, ...], nested: bool) -> tuple[Path, ...]:
-    skipped = (_SKIP_DIRS | _TEST_DIRS | set(skip)) - ({"node_modules"} if nested else set())
+    skipped = (SKIP_DIRS | _TEST_DIRS | set(skip)) - ({"node_modules"} if nested else set())
     found = []
     for directory, subdirs, files in os.walk(root):
         subdirs[:] = sorted(d for d in subdirs if d not in skipped and not d.startswith("."))
@@ -113,7 +114,7 @@ def _files_in_zip(archive: str, suffixes: tuple[str, ...]) -> tuple[zipfile.Path
     except (OSError, zipfile.BadZipFile) as error:
         log.debug("skipping %s: %s", archive, error)
         return ()
-    skipped = _SKIP_DIRS | _TEST_DIRS
+    skipped = SKIP_DIRS | _TEST_DIRS
     return tuple(zipfile.Path(zf, info.filename) for info in sorted(zf.infolist(), key=lambda i: i.filename)
                  if not info.is_dir() and not skipped.intersection(info.filename.split("/")[:-1])
                  and _wanted(info.filename.rsplit("/", 1)[-1], info.file_size, suffixes))

@@ -187,7 +187,7 @@ def run_quickdraft(bench: EngineBench, mode: str, prompt: Prompt, max_new_tokens
     """quickdraft's SpeculativeDecoder with a fresh drafter (emptied caches) for the mode."""
     import torch
 
-    from engine.decoder import GenerationConfig, SpeculativeDecoder
+    from engine.decoding.decoder import GenerationConfig, SpeculativeDecoder
     from engine.drafters import make_drafter
     from engine.models.quantize import pass_prompt_tokens
 

@@ -13,7 +13,8 @@ config.py         DrafterConfig: the tuning every drafter is made with
 
 from __future__ import annotations
 
-from engine.drafters.base import Draft, Drafter, DraftLength
+from engine.decoding.draft import Draft, Drafter
+from engine.drafters.base import DraftLength
 from engine.drafters.config import DrafterConfig
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.hybrid import HybridDrafter
@@ -21,7 +22,7 @@ from engine.drafters.medusa import MedusaDrafter
 from engine.drafters.prompt_lookup import NgramIndex, PromptLookupDrafter
 from engine.drafters.trees import TreeDraftModelDrafter, TreeHybridDrafter, TreeLookupDrafter
 from engine.errors import ModelError
-from engine.kv import KVCache
+from engine.decoding.kv import KVCache
 from engine.modes import check_drafter, needs_draft_model
 
 
@@ -32,7 +33,7 @@ def make_drafter(mode: str, draft_model=None, config: DrafterConfig | None = Non
     'hybrid' without a draft model is prompt lookup alone (any match counts) — or, given
     `heads` (trained Medusa heads for `verifier`, see engine.medusa.store), the heads' tree
     and lookup together. 'medusa' is the heads alone. `kv_factory` makes the draft model's
-    KV cache (engine.kv_static.cache_factory picks one per device).
+    KV cache (engine.decoding.kv_static.cache_factory picks one per device).
     """
     config = config or DrafterConfig()
     if check_drafter(mode) == "none":

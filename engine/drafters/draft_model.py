@@ -6,9 +6,10 @@ from typing import Callable, Sequence
 
 import torch
 
-from engine.drafters.base import Draft, DraftLength
-from engine.kv import KVCache
-from engine.verify import SamplingParams, probs_from_logits, sample
+from engine.decoding.draft import Draft
+from engine.drafters.base import DraftLength
+from engine.decoding.kv import KVCache
+from engine.decoding.verify import SamplingParams, probs_from_logits, sample
 
 
 class DraftModelDrafter:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from engine.drafters.base import Draft, Drafter
-from engine.verify import SamplingParams
+from engine.decoding.draft import Draft, Drafter
+from engine.decoding.verify import SamplingParams
 
 
 class HybridDrafter:

@@ -14,11 +14,11 @@ from typing import Sequence
 
 import torch
 
-from engine.drafters.base import Draft
+from engine.decoding.draft import Draft
 from engine.drafters.trees import TreeLookupDrafter, add_paths, tree_draft
 from engine.medusa.choices import Choice, build_tree
 from engine.medusa.heads import MedusaHeads
-from engine.verify import SamplingParams
+from engine.decoding.verify import SamplingParams
 
 
 class HiddenTap:

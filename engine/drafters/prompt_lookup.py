@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from engine.drafters.base import Draft, DraftLength
-from engine.verify import SamplingParams
+from engine.decoding.draft import Draft
+from engine.drafters.base import DraftLength
+from engine.decoding.verify import SamplingParams
 
 SCAN_LIMIT = 64  # occurrences of one n-gram looked at when collecting several continuations
 

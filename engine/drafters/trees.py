@@ -16,11 +16,11 @@ from typing import Sequence
 
 import torch
 
-from engine.drafters.base import Draft
+from engine.decoding.draft import Draft
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
-from engine.tree import ROOT, TokenTree
-from engine.verify import SamplingParams
+from engine.decoding.tree import ROOT, TokenTree
+from engine.decoding.verify import SamplingParams
 
 
 def tree_draft(tree: TokenTree, source: str) -> Draft:

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import torch
 
-from engine.tree import ROOT, TokenTree
+from engine.decoding.tree import ROOT, TokenTree
 
 Choice = tuple[int, ...]
 

@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 from safetensors.torch import load_file, save_file
 
-from engine.bench.corpus import MAX_FILE_CHARS, SOURCE_SUFFIXES, _walk_sources, default_corpus_roots, read_source
+from engine.text.sources import MAX_FILE_CHARS, SOURCE_SUFFIXES, default_corpus_roots, read_source, walk_sources
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def corpus_files(paths: Sequence[str | Path] = ()) -> list[Path]:
             files.append(root)
         elif root.is_dir():
             suffixes = {".py"} if not paths else SOURCE_SUFFIXES
-            files.extend(p for p in _walk_sources(root, suffixes) if _worth_reading(p))
+            files.extend(p for p in walk_sources(root, suffixes) if _worth_reading(p))
         else:
             raise FileNotFoundError(f"no such corpus file or folder: {root}")
     return sorted(set(files), key=_stable_key)

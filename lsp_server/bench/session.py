@@ -29,7 +29,8 @@ from typing import Protocol, Sequence
 from lsprotocol import types
 
 from engine.bench.common import load_average
-from engine.bench.corpus import Hole, body_holes, default_corpus, display_path, expand_paths, read_source
+from engine.bench.corpus import Hole, body_holes, default_corpus, display_path, expand_paths
+from engine.text.sources import read_source
 from lsp_server.bench.session_report import environment, summarize, summarize_editors
 from lsp_server.client import QuickdraftClient, position_after, serve_args, server_key
 

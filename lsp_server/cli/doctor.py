@@ -80,7 +80,7 @@ def machine_plan(settings) -> Plan:
     from engine.errors import QuickdraftError
     from engine.models import presets
     from engine.models.loading import cpu_has_fast_bf16, parse_device, parse_precision
-    from engine.prompt import ContextBudget
+    from engine.text.prompt import ContextBudget
 
     verifier = settings.verifier or presets.PAIRS["default"]["verifier"]
     draft = settings.draft or presets.PAIRS["default"]["draft"]

@@ -73,7 +73,7 @@ def check_limits(args: argparse.Namespace) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from engine.verify import SamplingParams
+    from engine.decoding.verify import SamplingParams
 
     check_limits(args)
     prompt = read_text(args.prompt_file)

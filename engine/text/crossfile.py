@@ -1,7 +1,7 @@
 """Context from beyond the open file: the few pieces of other documents worth a prompt slot.
 
-Two kinds of snippet, chosen at anchor time (engine/anchor.py) and rendered by
-engine/prompt.py as other documents in the model's repository format:
+Two kinds of snippet, chosen at anchor time (engine/text/anchor.py) and rendered by
+engine/text/prompt.py as other documents in the model's repository format:
 
 - **definitions** of identifiers used near the cursor, or imported by the file, found by
   tree-sitter in the other documents: a function's signature and the head of its body (the
@@ -26,8 +26,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from engine.fim import line_comment
-from engine.syntax import language_from, parse
+from engine.text.fim import line_comment
+from engine.text.syntax import language_from, parse
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ _COMMON = frozenset(
     "true false int str bool float void public private protected static final func fn pub mut use struct impl "
     "package type interface let go defer range string char long unsigned include define".split())
 _IMPORT_LINE = re.compile(r"^\s*(?:from\s|import\s|use\s|#include|using\s|const\s.*require\()")
-# Node types (of the grammars in engine/languages.py) that define a name, and those that hold definitions.
+# Node types (of the grammars in engine/text/languages.py) that define a name, and those that hold definitions.
 _DEFINITION_TYPES = frozenset(
     "function_definition class_definition function_declaration class_declaration method_definition "
     "generator_function_declaration interface_declaration type_alias_declaration enum_declaration "

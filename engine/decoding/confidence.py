@@ -5,7 +5,7 @@ the verifier's log-probability of each (`GenerationResult.logprobs`). An answer'
 is taken over the tokens that made the text actually shown, after post-processing: a line
 cut from a rambling continuation is judged by the line, not by what was cut away. Those are
 the tokens that start before the shown text's last non-blank character in the raw output
-(post-processing only cuts and drops blanks at line starts, engine/postprocess.py), the
+(post-processing only cuts and drops blanks at line starts, engine/text/postprocess.py), the
 tokens that retyped the healed end of the prefix included.
 
 `Confidence.mean` is the geometric mean of those tokens' probabilities (exp of the mean

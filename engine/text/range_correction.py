@@ -1,6 +1,6 @@
 """Range correction: how many characters after the cursor a completion item replaces.
 
-The last step of post-processing (engine.postprocess): an inline completion item may
+The last step of post-processing (engine.text.postprocess): an inline completion item may
 replace text after the cursor on its line, which is how closing brackets the completion
 retypes (``foo(|)`` + ``a, b)``) or the rest of a word the cursor sits in (``pri|nt`` +
 ``ntln``) do not end up twice in the editor.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from engine.syntax import only_closers
+from engine.text.syntax import only_closers
 
 _WORD_AT_START = re.compile(r"\w+")
 _PAIRS = {"(": ")", "[": "]", "{": "}"}

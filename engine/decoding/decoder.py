@@ -20,14 +20,14 @@ from typing import Callable, Protocol, Sequence
 
 import torch
 
-from engine.drafters.base import Draft, Drafter
+from engine.decoding.draft import Draft, Drafter
 from engine.errors import PromptError
-from engine.kv import PREFILL_CHUNK, KVCache, PassCancelled
+from engine.decoding.kv import PREFILL_CHUNK, KVCache, PassCancelled
 from engine.stats import DecodeStats
-from engine.text_stream import TextStream
-from engine.tree import TokenTree
-from engine.tree_kv import verify_tree
-from engine.verify import SamplingParams, accept, emitted_logprobs
+from engine.text.text_stream import TextStream
+from engine.decoding.tree import TokenTree
+from engine.decoding.tree_kv import verify_tree
+from engine.decoding.verify import SamplingParams, accept, emitted_logprobs
 
 log = logging.getLogger(__name__)
 

@@ -36,9 +36,9 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from engine.languages import BRACE_CONTINUATION, CONTINUATION
-from engine.range_correction import PostprocessedCompletion, correct_range
-from engine.syntax import (
+from engine.text.languages import BRACE_CONTINUATION, CONTINUATION
+from engine.text.range_correction import PostprocessedCompletion, correct_range
+from engine.text.syntax import (
     INDENT_LANGUAGES,
     NEAR_CHARS,
     current_line_parts,
@@ -48,7 +48,7 @@ from engine.syntax import (
     only_closers,
     scope_end,
 )
-from engine.syntax_check import first_that_parses
+from engine.text.syntax_check import first_that_parses
 
 log = logging.getLogger(__name__)
 
@@ -270,7 +270,7 @@ def drop_repeated_lines(text: str, ctx: Context) -> str:
 def _continues_block(line: str, language: str | None) -> bool:
     """``} else {``, ``else:``, ``elif x:``, ``except E:`` continue the same statement; in brace
     languages so do ``else``/``catch`` on a line of their own and ``case 1:`` at the switch's
-    indentation (engine/languages.py)."""
+    indentation (engine/text/languages.py)."""
     s = line.strip()
     pattern = CONTINUATION.get(language or "python", BRACE_CONTINUATION)
     if re.fullmatch(pattern, s):

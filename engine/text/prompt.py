@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from engine.errors import PromptError
-from engine.fim import FimTemplate, Segment
-from engine.healing import heal_point
+from engine.text.fim import FimTemplate, Segment
+from engine.text.healing import heal_point
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class PromptParts:
     prefix: str = ""  # the prefix window and the suffix kept for the prompt
     suffix: str = ""
     # Token healing: the end of ``prefix`` left out of the prompt text, at the last token
-    # boundary before the cursor; the model retypes it (see engine.healing).
+    # boundary before the cursor; the model retypes it (see engine.text.healing).
     healed: str = ""
     other_documents: list[tuple[str, str]] = field(default_factory=list)  # kept (path, trimmed text)
 

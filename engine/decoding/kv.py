@@ -74,7 +74,7 @@ class KVCache:
     @torch.inference_mode()
     def keep_rows(self, start: int, rows: list[int]) -> None:
         """Move the cached `rows` (in order) to `start`, then forget what follows them: a token
-        tree's accepted path takes its place behind the root (engine/tree_kv.py)."""
+        tree's accepted path takes its place behind the root (engine/decoding/tree_kv.py)."""
         if rows:
             source = torch.tensor(rows, dtype=torch.long, device=self.device)
             for states in self._layer_states():
@@ -101,7 +101,7 @@ class KVCache:
         """Append `new_tokens`; return logits (float32) for the last `logits_for` of them (default all).
 
         Raises PassCancelled, with the cache unchanged, when `should_stop` turns true between layers.
-        `tree_inputs` (attention_mask, position_ids) feed a token tree: see engine/tree_kv.py.
+        `tree_inputs` (attention_mask, position_ids) feed a token tree: see engine/decoding/tree_kv.py.
         """
         keep = len(new_tokens) if logits_for is None else logits_for
         input_ids = torch.tensor([new_tokens], dtype=torch.long, device=self.device)

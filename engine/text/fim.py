@@ -2,7 +2,7 @@
 
 A template knows the family's control tokens and lays out prefix, suffix and other
 documents between them. It renders either a plain string (``render``) or a list of
-``Segment``s (``segments``), which ``engine.prompt`` tokenizes piece by piece so that
+``Segment``s (``segments``), which ``engine.text.prompt`` tokenizes piece by piece so that
 user text can never turn into control tokens.
 
 The family is chosen from the special tokens in the tokenizer's vocabulary

@@ -18,7 +18,7 @@ from typing import Sequence
 
 import torch
 
-from engine.verify import SamplingParams, probs_from_logits, sample, widen
+from engine.decoding.verify import SamplingParams, probs_from_logits, sample, widen
 
 ROOT = -1
 

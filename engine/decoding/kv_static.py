@@ -1,6 +1,6 @@
 """A static KV cache: preallocated per layer, written by position, passes a GPU can replay.
 
-The same interface as `engine.kv.KVCache` (tokens, crop, forward, prefill), so the decoder
+The same interface as `engine.decoding.kv.KVCache` (tokens, crop, forward, prefill), so the decoder
 and the draft model take either. Differences that matter:
 
 - Keys and values live in buffers of `capacity` positions allocated once. A pass writes
@@ -31,8 +31,8 @@ import torch
 import transformers
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from engine import cuda_graphs
-from engine.kv import KVCache, PassCancelled, ShouldStop
+from engine.decoding import cuda_graphs
+from engine.decoding.kv import KVCache, PassCancelled, ShouldStop
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from engine.tree import TokenTree, tree_accept
-from engine.verify import SamplingParams, emitted_logprobs
+from engine.decoding.tree import TokenTree, tree_accept
+from engine.decoding.verify import SamplingParams, emitted_logprobs
 
 
 def tree_attention_mask(tree: TokenTree, cached: int, dtype: torch.dtype, device, pending: int = 1) -> torch.Tensor:

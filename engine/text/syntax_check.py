@@ -11,9 +11,9 @@ import warnings
 from dataclasses import dataclass
 from typing import Sequence
 
-from engine import syntax  # its parse, looked up at call time (tests watch what gets parsed)
-from engine.languages import MACRO_LANGUAGES
-from engine.syntax import INDENT_LANGUAGES, indent_width, line_opens_block, window_end, window_start
+from engine.text import syntax  # its parse, looked up at call time (tests watch what gets parsed)
+from engine.text.languages import MACRO_LANGUAGES
+from engine.text.syntax import INDENT_LANGUAGES, indent_width, line_opens_block, window_end, window_start
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Syntax around the cursor: language detection, tree-sitter parsers, single- vs multi-line.
 
 Parsers come from the per-language grammar wheels (tree-sitter-python, -javascript,
--typescript, -go, -rust, -java, -c, -cpp, -c-sharp; engine/languages.py says which language
+-typescript, -go, -rust, -java, -c, -cpp, -c-sharp; engine/text/languages.py says which language
 uses which), which work offline. Only a window of text around the cursor is
 parsed, so a 5 MB document costs the same as a small one. Languages without a grammar
 fall back to indentation and bracket heuristics.
@@ -16,7 +16,7 @@ import os
 import re
 import threading
 from dataclasses import dataclass
-from engine.languages import (
+from engine.text.languages import (
     BLOCK_TYPES,
     EXTENSIONS,
     GRAMMARS,
@@ -25,7 +25,7 @@ from engine.languages import (
     LINE_COMMENT,
     STRINGISH,
 )
-from engine.parse_window import WINDOW_PREFIX_CHARS, WINDOW_SUFFIX_CHARS, window_end, window_start  # noqa: F401
+from engine.text.parse_window import WINDOW_PREFIX_CHARS, WINDOW_SUFFIX_CHARS, window_end, window_start  # noqa: F401
 
 log = logging.getLogger(__name__)
 

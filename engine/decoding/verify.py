@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine import cuda_graphs
+from engine.decoding import cuda_graphs
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ def accept(
 def emitted_logprobs(logits: torch.Tensor, rows: list[int], tokens: list[int]) -> list[float]:
     """The verifier's log-probability of each emitted token: `tokens[i]` under row `rows[i]` of
     the pass's logits (after any constraint, before temperature), for the confidence gate
-    (engine/confidence.py). The logits exist already; this is one log_softmax over a few rows."""
+    (engine/decoding/confidence.py). The logits exist already; this is one log_softmax over a few rows."""
     index = torch.tensor(rows, device=logits.device)
     chosen = torch.tensor(tokens, device=logits.device).view(-1, 1)
     return logits.index_select(0, index).float().log_softmax(dim=-1).gather(1, chosen).view(-1).tolist()

@@ -3,14 +3,14 @@
 Only a window is parsed, so a 5 MB document costs the same as a small one. It starts at a
 top-level line above the cursor and ends at the first top-level line below, so the construct
 the cursor is in is whole and what is wrong elsewhere is none of its business. "Top-level"
-depends on the language (engine/languages.py): a C return type above its function's name, a
+depends on the language (engine/text/languages.py): a C return type above its function's name, a
 brace on a line of its own, a Rust `where` clause or an unindented C++ namespace body are
 not where a construct starts.
 """
 
 from __future__ import annotations
 
-from engine.languages import SPLIT_DECLARATION_LANGUAGES
+from engine.text.languages import SPLIT_DECLARATION_LANGUAGES
 
 # How much text around the cursor gets parsed.
 WINDOW_PREFIX_CHARS = 32_000
