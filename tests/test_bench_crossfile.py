@@ -86,7 +86,7 @@ def test_a_quick_run_on_a_tiny_model_puts_the_context_in_the_prompt(package_root
     assert cross["raw"]["holes"] == 1
     assert cross["context"]["prompt_tokens"] > cross["raw"]["prompt_tokens"] + 50
     assert cross["heads"]["prompt_tokens"] > cross["raw"]["prompt_tokens"] + 50
-    assert engine.context_budget == engine.default_budget and engine.text.crossfile.enabled  # left as found
+    assert engine.context_budget == engine.default_budget and engine.crossfile.enabled  # left as found
     table = format_table(result)
     assert "| crossfile | context | 1 |" in table and "context − raw" in table
 

@@ -157,7 +157,7 @@ def test_the_prompt_holds_the_chosen_snippets_not_whole_documents(verifier):
     kept = dict(prompt.other_documents)
     assert "/w/geometry.py" in kept and "rotate_vector" in kept["/w/geometry.py"]
     assert "alpha_value_0" not in kept["/w/geometry.py"]  # the document's head, far from anything alike
-    engine.text.crossfile.enabled = False  # the old behaviour: heads of whole documents
+    engine.crossfile.enabled = False  # the old behaviour: heads of whole documents
     engine._forget_prompts()
     assert "alpha_value_0" in dict(engine._fresh_prompt(request(PREFIX)).other_documents)["/w/geometry.py"]
 

@@ -179,7 +179,7 @@ def check_look_ahead(verifier, typed: str) -> None:
 
     def on_answer(completion):
         answers.append(completion)
-        cache_at_answer.append(len(engine.decoding.decoder.kv))
+        cache_at_answer.append(len(engine.decoder.kv))
 
     final = engine.complete(looked_ahead_request(PREFIX + typed), on_answer=on_answer)
     assert final.stop_reason == "stop_string"  # the tiny model ends these lines within 64 tokens

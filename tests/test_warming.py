@@ -120,7 +120,7 @@ async def settle() -> None:
 
 
 def assert_cache_consistent(engine) -> None:
-    kv = engine.decoding.decoder.kv
+    kv = engine.decoder.kv
     assert all(layer.keys.shape[-2] == len(kv) for layer in kv.cache.layers if layer.is_initialized)
 
 
@@ -221,7 +221,7 @@ async def test_no_warm_before_the_models_are_ready_then_one_when_they_are(sessio
     session.open()
     session.move(DEEP)
     await settle()
-    assert not session.warms() and len(service.engine.decoding.decoder.kv) == 0
+    assert not session.warms() and len(service.engine.decoder.kv) == 0
     service.state = "ready"
     service.warmer.engine_ready()
     warmed, = await session.wait_warms(1)
@@ -260,7 +260,7 @@ async def test_switched_off_binary_and_huge_documents_are_not_warmed(session):
         session.move(types.Position(line=0, character=2), uri=f"file:///w/{name}")
         await settle()
     assert not session.warms() and service.warmer.counts["skipped"] == 2
-    assert len(service.engine.decoding.decoder.kv) == 0
+    assert len(service.engine.decoder.kv) == 0
 
 
 async def test_malformed_cursor_notifications_are_ignored(session):
@@ -337,7 +337,7 @@ async def test_a_cancelled_warm_leaves_the_cache_exact(session, verifier, where)
         log.remove()
     assert session.warms(line=DEEP.line)[0].outcome == ("warmed" if where == "same spot" else "cancelled")
     assert session.service.warmer.counts["joined"] == (where == "same spot")
-    kv = session.service.engine.decoding.decoder.kv
+    kv = session.service.engine.decoder.kv
     assert all(layer.keys.shape[-2] == len(kv) for layer in kv.cache.layers if layer.is_initialized)
 
     reference = new_engine(verifier)

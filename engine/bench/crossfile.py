@@ -52,7 +52,7 @@ def complete(engine, hole: CrossFileHole, name: str, config: CrossFileBenchConfi
 
     tokens = 0 if name == "raw" else config.context_tokens
     engine.context_budget = replace(engine.default_budget, other_documents_tokens=tokens)
-    engine.text.crossfile.enabled = name != "heads"
+    engine.crossfile.enabled = name != "heads"
     engine._forget_prompts()  # every hole and configuration from a fresh prompt: no anchor carried over
     request = CompletionRequest(prefix=hole.prefix, suffix=hole.suffix, path=hole.path, language=hole.language,
                                 other_documents=[] if name == "raw" else hole.documents,
@@ -60,7 +60,7 @@ def complete(engine, hole: CrossFileHole, name: str, config: CrossFileBenchConfi
     try:
         result = engine.complete(request)
     finally:
-        engine.text.crossfile.enabled = True
+        engine.crossfile.enabled = True
         engine.context_budget = engine.default_budget
     return result.text, result.replace_after, result.prompt_tokens
 
