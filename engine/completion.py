@@ -8,7 +8,6 @@ prefix. It is not thread-safe: callers (the LSP scheduler) run it on a single wo
 from __future__ import annotations
 
 import copy
-import functools
 import logging
 import threading
 import time
@@ -17,30 +16,29 @@ from typing import Callable, Sequence
 
 import torch
 
-from engine.text.anchor import Anchor, typed_since
 from engine.decoding.confidence import Confidence, answer_confidence, default_min_confidence, gate
-from engine.text.crossfile import CrossFileContext, tokenizer_counter
 from engine.decoding.decoder import GenerationConfig, GenerationResult, OnDeadline, SpeculativeDecoder, StopReason
-from engine.drafters import DrafterConfig, make_drafter
-from engine.errors import ModelError, PromptError
-from engine.text.fim import FimTemplate, detect_fim_template
-from engine.text.healing import after_healed, healing_constraint, skip_chars, stops_outside
-from engine.text.healing import vocabulary as healing_vocabulary
 from engine.decoding.kv import PREFILL_CHUNK
 from engine.decoding.kv_static import cache_factory
+from engine.decoding.verify import SamplingParams
+from engine.drafters import DrafterConfig, make_drafter
+from engine.errors import ModelError, PromptError
 from engine.medusa.store import find_heads
 from engine.models.loading import LoadedModel, check_pair, load_model, parse_device
 from engine.models.quantize import ROWS_PER_READ, pass_prompt_tokens
 from engine.modes import check_drafter, needs_draft_model
-from engine.text.postprocess import left_its_block, postprocess, stop_strings_for
-from engine.text.prompt import ContextBudget, build_prompt, encode_middle, heal_middle
 from engine.stats import DecodeStats
-from engine.text.syntax import current_line_parts, decide_multiline, language_from
-from engine.decoding.verify import SamplingParams
+from engine.text.cursor import Cursor
+from engine.text.document_prompts import DocumentPrompts, Prompt
+from engine.text.fim import FimTemplate
+from engine.text.healing import after_healed, healing_constraint, skip_chars, stops_outside
+from engine.text.healing import vocabulary as healing_vocabulary
+from engine.text.postprocess import left_its_block, postprocess, stop_strings_for
+from engine.text.prompt import ContextBudget
+from engine.text.syntax import language_from
 
 log = logging.getLogger(__name__)
 
-LOOKUP_DOCUMENT_CHARS = 32_000  # of each other document, tokenized for prompt lookup only
 LOOKAHEAD_TOKENS = 24  # decoded past a finished one-line completion, as the next line's draft
 # Post-processing and the reply take a few ms after the last pass: the passes stop this much
 # before the budget ends, so the editor has its answer within the budget.
@@ -108,13 +106,7 @@ class CompletionEngine:
         # With int8 weights a pass costs one weight read up to ROWS_PER_READ tokens and one more
         # per further ROWS_PER_READ: a longer draft rarely pays for a second read.
         self.max_draft_tokens = min(max_draft_tokens, ROWS_PER_READ - 1) if verifier.int8 else max_draft_tokens
-        self._window_starts: dict[str, int] = {}  # per document path: where its prefix window begins
-        self._anchors: dict[str, Anchor] = {}  # per document path: the prompt typing continues
-        self._last_output: dict[str, list[int]] = {}  # per document path: the last completion's tokens
-        self.default_budget = context_budget or ContextBudget()
-        self._context_budget = self.default_budget
-        self.crossfile = CrossFileContext(tokenizer_counter(self.tokenizer))  # other documents' snippets
-        self._heal = True  # token healing (engine.text.healing); the quality bench turns it off to compare
+        self.prompts = DocumentPrompts(self.tokenizer, context_budget)  # per document: anchors, windows
         # Static KV cache + CUDA graphs on CUDA (captured here, at load), the dynamic cache on a CPU.
         self._new_cache = cache_factory(verifier.device)
         self._draft_cache = None  # kept across drafter switches: recapturing graphs costs seconds
@@ -126,7 +118,6 @@ class CompletionEngine:
         healing_vocabulary(self.tokenizer)  # built at load (~0.5 s for Qwen's), not in the first request
         self.drafter_mode = ""
         self.set_drafter(drafter)
-        self._template: FimTemplate | None = None
 
     @classmethod
     def load(
@@ -180,37 +171,35 @@ class CompletionEngine:
             self._draft_cache = self._new_cache(model)
         return self._draft_cache
 
+    # Prompt settings live with the prompts (engine/text/document_prompts.py); a change forgets
+    # the anchors and windows cut under the old ones.
+    @property
+    def default_budget(self) -> ContextBudget:
+        return self.prompts.default_budget
+
     @property
     def context_budget(self) -> ContextBudget:
-        return self._context_budget
+        return self.prompts.budget
 
     @context_budget.setter
     def context_budget(self, budget: ContextBudget) -> None:
-        if budget != self._context_budget:
-            self._forget_prompts()
-        self._context_budget = budget
+        self.prompts.budget = budget
 
     @property
     def heal(self) -> bool:
-        return self._heal
+        return self.prompts.heal
 
     @heal.setter
     def heal(self, on: bool) -> None:
-        if on != self._heal:
-            self._forget_prompts()
-        self._heal = on
+        self.prompts.heal = on
 
-    def _forget_prompts(self) -> None:
-        """Anchors and prefix windows were cut under other prompt settings: the next prompts start afresh."""
-        self._anchors.clear()
-        self._window_starts.clear()
-        self.crossfile.forget()
+    @property
+    def crossfile(self):
+        return self.prompts.crossfile
 
     @property
     def template(self) -> FimTemplate:
-        if self._template is None:
-            self._template = detect_fim_template(self.tokenizer)
-        return self._template
+        return self.prompts.template
 
     def stop_token_ids(self, extra: Sequence[str] = ()) -> list[int]:
         ids = set()
@@ -264,11 +253,9 @@ class CompletionEngine:
         A multi-line answer is handed to `on_answer` again each time it gains a line.
         """
         budget_start = request.received_at if request.received_at is not None else time.monotonic()
-        language = language_from(request.language, request.path)
-        multiline = request.multiline
-        if multiline is None:
-            multiline = decide_multiline(request.prefix, request.suffix, language)
-        prompt = self._prompt(request)
+        cursor = self.cursor(request)
+        multiline = cursor.multiline
+        prompt = self.prompt_for(request, cursor)
         deadline = budget_start + request.budget_ms / 1000 - ANSWER_MARGIN_S if request.budget_ms else None
         config = GenerationConfig(
             max_new_tokens=request.max_new_tokens,
@@ -276,22 +263,20 @@ class CompletionEngine:
             seed=request.seed,
             max_draft_tokens=self.max_draft_tokens,
             eos_token_ids=self.stop_token_ids(self.template.stop_tokens),
-            stop_strings=stops_outside(stop_strings_for(request.suffix, multiline), prompt.healed),
+            stop_strings=stops_outside(stop_strings_for(cursor), prompt.healed),
             deadline=deadline, prefill_chunk=self.prefill_chunk,
             pass_prompt_tokens=self.pass_prompt_tokens,
             # Token healing: the output first retypes the end of the text the prompt left out.
             constraint=healing_constraint(self.tokenizer, prompt.healed, self.verifier.model.config.vocab_size,
-                                          current_line_parts(request.prefix, "")[0]) if self.heal else None,
-            done_at_line=(lambda text: left_its_block(after_healed(text, prompt.healed), prefix=request.prefix,
-                                                      suffix=request.suffix, language=language)) if multiline else None,
+                                          cursor.line_before) if self.heal else None,
+            done_at_line=(lambda text: left_its_block(after_healed(text, prompt.healed), cursor)) if multiline else None,
         )
 
         threshold = default_min_confidence(self.verifier.name) if request.min_confidence is None else request.min_confidence
 
         def finish(result: GenerationResult, multiline: bool = multiline) -> CompletionResult:
             text = after_healed(result.text, prompt.healed)  # what follows the cursor
-            shown = postprocess(text, prefix=request.prefix, suffix=request.suffix, language=language,
-                                multiline=multiline, cut_short=result.stop_reason == StopReason.MAX_NEW_TOKENS,
+            shown = postprocess(text, cursor, multiline=multiline, cut_short=result.stop_reason == StopReason.MAX_NEW_TOKENS,
                                 ended=result.stop_reason in (StopReason.EOS, StopReason.STOP_STRING))
             return gate(CompletionResult(
                 text=shown.text, replace_after=shown.replace_after, raw_text=text,
@@ -317,7 +302,7 @@ class CompletionEngine:
             # The line is done: decode the next one too. After Enter it is the first pass's draft;
             # and when the cursor ends its line and the budget has time left, it is shown as well.
             ids = prompt.token_ids + result.token_ids
-            if answered or not self._time_for_next_line(request, result, deadline):
+            if answered or not self._time_for_next_line(cursor, result, deadline):
                 if not answered:
                     answer(completion)
                 ahead = self._look_ahead(ids, config, prompt.token_streams, cancel).token_ids
@@ -339,7 +324,7 @@ class CompletionEngine:
                     completion = replace(completion, stop_reason=StopReason.CANCELLED)  # superseded unanswered
                 elif not answered:
                     answer(completion)
-        self._last_output[request.path or ""] = list(result.token_ids) + ahead
+        self.prompts.last_output[request.path or ""] = list(result.token_ids) + ahead
         return completion
 
     def _look_ahead(self, token_ids: list[int], config: GenerationConfig, streams, cancel,
@@ -353,10 +338,10 @@ class CompletionEngine:
         return self._run(token_ids, config, streams, cancel, None, on_deadline)
 
     @staticmethod
-    def _time_for_next_line(request: CompletionRequest, line: GenerationResult, deadline: float | None) -> bool:
+    def _time_for_next_line(cursor: Cursor, line: GenerationResult, deadline: float | None) -> bool:
         """The cursor ends its line (a next line would not push text aside), and one more pass,
         as long as this request's passes took, still ends within the budget."""
-        if deadline is None or current_line_parts("", request.suffix)[1].strip():
+        if deadline is None or cursor.line_after.strip():
             return False
         per_pass = line.stats.verify_ms / 1000 / max(line.stats.verifier_passes, 1)
         return time.monotonic() + per_pass < deadline
@@ -376,84 +361,23 @@ class CompletionEngine:
 
         The request's own first pass then feeds only what changed since, with its draft.
         """
-        prompt = self._prompt(request)
+        prompt = self.prompt_for(request)
         ids = prompt.token_ids
         with torch.inference_mode():
             _, fed = self.decoder.kv.feed_until(ids, len(ids) - 1, cancel.is_set if cancel is not None else None)
         return fed
 
-    def _prompt(self, request: CompletionRequest) -> "Prompt":
-        """The anchored prompt while the user types at the anchor; else a fresh one, which anchors."""
-        path = request.path or ""
-        anchor = self._anchors.get(path)
-        typed = typed_since(anchor, path, request.prefix, request.suffix) if anchor is not None else None
-        if typed is None:
-            parts = self._fresh_prompt(request)
-            anchor = Anchor(path, request.prefix, request.suffix, parts.token_ids, parts.token_streams, parts.healed)
-            self._anchors[path] = anchor
-            typed = ""
-        # The middle so far is what healing cut off the anchor's prefix plus what was typed since;
-        # its own end is healed in turn (engine.text.healing).
-        middle, healed = heal_middle(self.tokenizer, self.template, anchor.healed + typed) if self.heal else (typed, "")
-        ids = anchor.token_ids + encode_middle(self.tokenizer, self.template, middle)
-        # The last completion at this spot is the likeliest draft for what follows the typed text.
-        streams = [*anchor.token_streams, self._last_output.get(path, [])]
-        return Prompt(ids, streams, anchored=bool(typed), healed=healed)
+    @staticmethod
+    def cursor(request: CompletionRequest) -> Cursor:
+        """The request's cursor context, worked out once: language, line parts, syntax window, single or multi-line."""
+        return Cursor.at(request.prefix, request.suffix, language_from(request.language, request.path), request.multiline)
 
-    def _fresh_prompt(self, request: CompletionRequest):
-        """Build the FIM prompt, keeping the prefix window's start where it was if it still fits.
-
-        A window cut fresh at every anchor would start one token later each time the
-        prefix outgrows its budget, and a prompt that changes at its start reuses no KV
-        cache at all. So the start sticks (up to 25 % over budget), and moves in jumps.
-        A window cut fresh is cold: it gets `cold_prefix_tokens`, and grows from there.
-        """
-        budget = self.context_budget
-        key = request.path or ""
-        documents = self.crossfile.documents(request.path, request.prefix, request.other_documents,
-                                             budget.other_documents_tokens)
-        start = self._window_starts.get(key)
-        if start is not None and 0 < start <= len(request.prefix):
-            stretched = replace(budget, prefix_tokens=budget.prefix_tokens * 5 // 4)
-            parts = build_prompt(self.tokenizer, self.template, request.prefix[start:], request.suffix,
-                                 path=request.path, other_documents=documents, budget=stretched,
-                                 heal=self.heal)
-            if not parts.prefix_truncated:
-                return self._with_lookup_streams(parts, request)
-        if budget.cold_prefix_tokens:  # a new window: no cache holds it
-            budget = replace(budget, prefix_tokens=min(budget.prefix_tokens, budget.cold_prefix_tokens))
-        parts = build_prompt(self.tokenizer, self.template, request.prefix, request.suffix, path=request.path,
-                             other_documents=documents, budget=budget, heal=self.heal)
-        if parts.prefix_truncated:
-            self._window_starts[key] = len(request.prefix) - len(parts.prefix)
-        else:
-            self._window_starts.pop(key, None)
-        return self._with_lookup_streams(parts, request)
-
-    def _with_lookup_streams(self, parts, request: CompletionRequest):
-        """Other documents that did not fit the prompt are still worth copying from."""
-        in_prompt = {path for path, _ in parts.other_documents}
-        for path, text in request.other_documents:
-            if path not in in_prompt and path != request.path:
-                parts.token_streams.append(_lookup_stream(self.tokenizer, text[:LOOKUP_DOCUMENT_CHARS]))
-        return parts
+    def prompt_for(self, request: CompletionRequest, cursor: Cursor | None = None) -> Prompt:
+        """The request's prompt: anchored while the user types at the anchor, else fresh."""
+        return self.prompts.prompt(cursor or self.cursor(request), request.path, request.other_documents)
 
     @torch.inference_mode()
     def _run(self, prompt_ids, config, streams, cancel, on_text, on_deadline=None, on_line=None) -> GenerationResult:
         return self.decoder.generate(prompt_ids, config, context_streams=streams, cancel=cancel, on_text=on_text,
                                      on_deadline=on_deadline, on_line=on_line)
 
-
-@functools.lru_cache(maxsize=32)
-def _lookup_stream(tokenizer, text: str) -> tuple[int, ...]:
-    """Another document's tokens, once per text: every fresh prompt copies from the same few. The
-    same object each time, so prompt lookup keeps its index of them too (engine/drafters/prompt_lookup.py)."""
-    return tuple(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
-@dataclass
-class Prompt:
-    token_ids: list[int]
-    token_streams: list[Sequence[int]]  # worth copying from: prompt lookup indexes them
-    anchored: bool  # typed text was appended to an anchor's prompt
-    healed: str = ""  # text before the cursor the prompt leaves out, for the model to retype

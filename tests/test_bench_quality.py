@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from engine.bench.quality import edit_similarity, judge
-from engine.text.syntax_check import syntax_errors
+from engine.text.syntax import syntax_errors
 from engine.bench.quality_holes import QUALITY_KINDS, QualityHole, line_holes, make_quality_holes
 from lsp_server.cli import main as cli_main
 

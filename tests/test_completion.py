@@ -55,7 +55,7 @@ def test_other_documents_feed_prompt_lookup(engine):
     other = "def helper_function(alpha, beta, gamma):\n    return alpha + beta + gamma\n"
     request = CompletionRequest(prefix="def helper_function(alpha, beta, gamma):\n    return alpha +",
                                 path="/w/c.py", other_documents=[("/w/other.py", other)], max_new_tokens=8)
-    parts = engine._prompt(request)
+    parts = engine.prompt_for(request)
     streams = [engine.tokenizer.decode(s) for s in parts.token_streams]
     assert any("helper_function" in s for s in streams)
 
@@ -63,21 +63,21 @@ def test_other_documents_feed_prompt_lookup(engine):
 def test_a_new_prompt_budget_or_healing_setting_re_anchors(engine):
     """Anchors keep a prompt while the user types; one cut under other settings is not kept."""
     request = CompletionRequest(prefix=LONG_PREFIX + "def g(x):\n    ret", suffix="\n", path="/w/e.py")
-    fresh = engine._prompt(request)
+    fresh = engine.prompt_for(request)
     assert fresh.healed == " ret"
     default = engine.context_budget
     try:
         engine.context_budget = ContextBudget(prefix_tokens=48, suffix_tokens=4, other_documents_tokens=0)
-        shorter = engine._prompt(request)
+        shorter = engine.prompt_for(request)
         assert len(shorter.token_ids) < len(fresh.token_ids) and not shorter.anchored
         engine.context_budget = default
-        assert engine._prompt(request).token_ids == fresh.token_ids
+        assert engine.prompt_for(request).token_ids == fresh.token_ids
         engine.heal = False
-        unhealed = engine._prompt(request)
+        unhealed = engine.prompt_for(request)
         assert unhealed.healed == "" and "def g(x):\n    ret" in engine.tokenizer.decode(unhealed.token_ids)
         assert "def g(x):\n    ret" not in engine.tokenizer.decode(fresh.token_ids)
         engine.heal = True
-        assert engine._prompt(request).token_ids == fresh.token_ids
+        assert engine.prompt_for(request).token_ids == fresh.token_ids
     finally:
         engine.context_budget, engine.heal = default, True
 

@@ -151,15 +151,20 @@ def request(prefix: str, suffix: str = SUFFIX) -> CompletionRequest:
                              other_documents=[("/w/geometry.py", GEOMETRY), ("/w/pkg/helpers.py", HELPERS)])
 
 
+def fresh_prompt(engine: CompletionEngine, req: CompletionRequest):
+    """The prompt a request gets where no anchor holds: its window cut fresh, its context chosen."""
+    return engine.prompts.fresh(engine.cursor(req), req.path, req.other_documents)
+
+
 def test_the_prompt_holds_the_chosen_snippets_not_whole_documents(verifier):
     engine = new_engine(verifier)
-    prompt = engine._fresh_prompt(request(PREFIX))
+    prompt = fresh_prompt(engine, request(PREFIX))
     kept = dict(prompt.other_documents)
     assert "/w/geometry.py" in kept and "rotate_vector" in kept["/w/geometry.py"]
     assert "alpha_value_0" not in kept["/w/geometry.py"]  # the document's head, far from anything alike
     engine.crossfile.enabled = False  # the old behaviour: heads of whole documents
-    engine._forget_prompts()
-    assert "alpha_value_0" in dict(engine._fresh_prompt(request(PREFIX)).other_documents)["/w/geometry.py"]
+    engine.prompts.forget()
+    assert "alpha_value_0" in dict(fresh_prompt(engine, request(PREFIX)).other_documents)["/w/geometry.py"]
 
 
 def test_typing_at_the_anchor_with_context_on_feeds_only_the_keystrokes(verifier):
@@ -178,7 +183,7 @@ def test_typing_at_the_anchor_with_context_on_feeds_only_the_keystrokes(verifier
 def test_a_new_anchor_nearby_reuses_the_contexts_kv_cache(verifier):
     engine = new_engine(verifier)
     first = engine.complete(request(PREFIX))
-    without = new_engine(verifier, other_tokens=0)._fresh_prompt(request(PREFIX))
+    without = fresh_prompt(new_engine(verifier, other_tokens=0), request(PREFIX))
     context_tokens = first.prompt_tokens - len(without.token_ids)
     assert context_tokens > 100
     # An edit after the cursor moves the anchor: a fresh prompt, but its context is the same.

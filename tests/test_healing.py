@@ -290,7 +290,7 @@ def test_completion_engine_heals_and_shows_only_what_follows_the_cursor(tiny_mod
 
     engine = CompletionEngine(load_model(str(tiny_model_dir), dtype="float32", device="cpu"), None, drafter="lookup")
     for prefix in (INDENTED, "def add(a, b):\n    ret"):
-        parts = engine._prompt(CompletionRequest(prefix=prefix, suffix="\n"))
+        parts = engine.prompt_for(CompletionRequest(prefix=prefix, suffix="\n"))
         assert parts.healed
         result = engine.complete(CompletionRequest(prefix=prefix, suffix="\n", max_new_tokens=6, multiline=False))
         output = engine.tokenizer.decode(result.token_ids, skip_special_tokens=True)

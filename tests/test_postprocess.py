@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.text.syntax_check import first_that_parses
+from engine.text.cursor import Cursor
 from engine.text.postprocess import (
     FILTERS,
     Context,
@@ -35,13 +35,20 @@ from engine.text.postprocess import (
     trim_trailing_blanks,
 )
 from engine.text.range_correction import PostprocessedCompletion, correct_range
+from engine.text.syntax_check import first_that_parses
 
 GOLDEN = Path(__file__).parent / "golden" / "postprocess"
 CURSOR = "║"
 
 
-def ctx(prefix: str = "", suffix: str = "", language: str | None = "python", multiline: bool = True) -> Context:
-    return Context(prefix, suffix, language, multiline)
+def ctx(prefix: str = "", suffix: str = "", language: str | None = "python", multiline: bool = True,
+        cut_short: bool = False) -> Context:
+    return Context(Cursor.at(prefix, suffix, language), multiline, cut_short)
+
+
+def shown(completion: str, *, prefix: str, suffix: str, language: str | None, multiline: bool, **flags):
+    """postprocess at the cursor between `prefix` and `suffix`."""
+    return postprocess(completion, Cursor.at(prefix, suffix, language, multiline), **flags)
 
 # -- stop strings ---------------------------------------------------------------------------
 
@@ -61,7 +68,7 @@ STOP_TABLE = [
 
 @pytest.mark.parametrize("suffix, multiline, expected", STOP_TABLE)
 def test_stop_strings_for(suffix, multiline, expected):
-    assert stop_strings_for(suffix, multiline) == expected
+    assert stop_strings_for(Cursor.at("", suffix, None, multiline)) == expected
 
 
 # -- single line ------------------------------------------------------------------------------
@@ -77,17 +84,17 @@ def test_keep_first_line(text, expected):
 
 
 def test_drop_unfinished_line():
-    cut = Context("def f():\n    ", "\n", "python", multiline=True, cut_short=True)
+    cut = ctx("def f():\n    ", "\n", "python", multiline=True, cut_short=True)
     assert drop_unfinished_line("x = 1\n    y = f(a,", cut) == "x = 1"
     assert drop_unfinished_line("x = 1\n", cut) == "x = 1"
     assert drop_unfinished_line("y = f(a,", cut) == "y = f(a,"  # one line: all there is
     assert drop_unfinished_line("x = 1\n    if x:\n        y", cut) == "x = 1"  # the header's body was cut
-    finished = Context("def f():\n    ", "\n", "python", multiline=True)
+    finished = ctx("def f():\n    ", "\n", "python", multiline=True)
     assert drop_unfinished_line("x = 1\n    y = 2", finished) == "x = 1\n    y = 2"
-    allman = Context("void F()\n{\n    ", "\n}", "csharp", multiline=True, cut_short=True)
+    allman = ctx("void F()\n{\n    ", "\n}", "csharp", multiline=True, cut_short=True)
     assert drop_unfinished_line("a();\n    if (x)\n    {\n        b", allman) == "a();"  # the header goes with its `{`
     assert drop_unfinished_line("a();\n    b();\n    {\n        c", allman) == "a();\n    b();"  # a bare block
-    single = Context("x = ", "\n", "python", multiline=False, cut_short=True)
+    single = ctx("x = ", "\n", "python", multiline=False, cut_short=True)
     assert drop_unfinished_line("f(a,\nb", single) == "f(a,\nb"
 
 
@@ -344,10 +351,10 @@ def test_there_are_golden_cases_for_every_language():
 @pytest.mark.parametrize("path", GOLDEN_CASES, ids=[p.stem for p in GOLDEN_CASES])
 def test_postprocess_golden(path):
     case = load_golden(path)
-    got = postprocess(case["completion"], prefix=case["prefix"], suffix=case["suffix"], language=case["language"],
+    got = shown(case["completion"], prefix=case["prefix"], suffix=case["suffix"], language=case["language"],
                       multiline=case["multiline"], cut_short=case["cut_short"], ended=case["ended"])
-    trace = run_filters(case["completion"], Context(case["prefix"], case["suffix"], case["language"], case["multiline"],
-                                                    case["cut_short"]))
+    trace = run_filters(case["completion"], ctx(case["prefix"], case["suffix"], case["language"], case["multiline"],
+                                                case["cut_short"]))
     steps = "\n".join(f"  {name}: {text!r}" for name, text in trace)
     assert (got.text, got.replace_after) == (case["shown"], case["replaces"]), f"{path.name}, step by step:\n{steps}"
 
@@ -361,7 +368,7 @@ def test_filters_have_one_signature_and_unique_names():
 
 def test_empty_and_whitespace_only_completions_show_nothing():
     for completion in ("", "   \n "):
-        assert postprocess(completion, prefix="x = ", suffix="\n", language="python", multiline=True) == \
+        assert shown(completion, prefix="x = ", suffix="\n", language="python", multiline=True) == \
             PostprocessedCompletion("", 0)
 
 
@@ -418,20 +425,19 @@ BELOW = "\n        t += x\n    return t\n"
     ("x = (", "1 +", "\n", "cobol", False, "1 +"),
 ])
 def test_keep_the_file_parsing(prefix, completion, suffix, language, multiline, expected):
-    got = postprocess(completion, prefix=prefix, suffix=suffix, language=language, multiline=multiline, ended=True)
+    got = shown(completion, prefix=prefix, suffix=suffix, language=language, multiline=multiline, ended=True)
     assert got.text == expected
 
 
 def test_an_answer_cut_short_is_not_judged_by_syntax():
     """The budget's answer is the start of a completion: an open call is what it looks like."""
-    got = postprocess("t = max(t, x", prefix=BODY, suffix=BELOW, language="python", multiline=False, ended=False)
+    got = shown("t = max(t, x", prefix=BODY, suffix=BELOW, language="python", multiline=False, ended=False)
     assert got.text == "t = max(t, x"
 
 
 def test_keep_the_file_parsing_tries_only_whole_lines_then_nothing():
-    ctx = Context(BODY, BELOW, "python", True)
     broken = PostprocessedCompletion("y = (\n        z = [", 0)
-    assert keep_the_file_parsing(broken, ctx) == PostprocessedCompletion("", 0)
+    assert keep_the_file_parsing(broken, ctx(BODY, BELOW, "python", True)) == PostprocessedCompletion("", 0)
 
 
 # -- properties ---------------------------------------------------------------------------------------
@@ -452,11 +458,12 @@ snippet = st.lists(
     ended=st.booleans(),
 )
 def test_postprocess_properties(completion, prefix, suffix, language, multiline, ended):
-    got = postprocess(completion, prefix=prefix, suffix=suffix, language=language, multiline=multiline, ended=ended)
+    got = shown(completion, prefix=prefix, suffix=suffix, language=language, multiline=multiline, ended=ended)
     line_after = suffix.split("\n", 1)[0]
     assert got.text == "" or got.text.strip(), "never whitespace only"
     if ended and got.text:
-        assert first_that_parses(prefix, suffix, language, [(got.text, got.replace_after)]) == 0, "adds no parse error"
+        assert first_that_parses(Cursor.at(prefix, suffix, language), [(got.text, got.replace_after)]) == 0, \
+            "adds no parse error"
     assert 0 <= got.replace_after <= len(line_after)
     if got.text == "":
         assert got.replace_after == 0
@@ -479,6 +486,7 @@ def unindented(text: str) -> str:
 
 def test_huge_document_is_only_parsed_near_the_cursor(monkeypatch):
     import engine.text.syntax as syntax
+    from engine.text.parse_window import WINDOW_PREFIX_CHARS, WINDOW_SUFFIX_CHARS
 
     seen: list[int] = []
     real = syntax.parse
@@ -489,11 +497,11 @@ def test_huge_document_is_only_parsed_near_the_cursor(monkeypatch):
 
     monkeypatch.setattr(syntax, "parse", spy)
     body = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(120_000))  # ~3.5 MB each side
-    got = postprocess("return 1\n\ndef h():\n    pass", prefix=body + "def g():\n    ", suffix="\n\n" + body,
+    got = shown("return 1\n\ndef h():\n    pass", prefix=body + "def g():\n    ", suffix="\n\n" + body,
                       language="python", multiline=True, ended=True)
     assert got.text == "return 1"
-    assert seen and max(seen) <= syntax.WINDOW_PREFIX_CHARS + syntax.WINDOW_SUFFIX_CHARS + 100
-    assert stop_strings_for("\n\n" + body, True) == ["\ndef f0(x):\n"]
+    assert seen and max(seen) <= WINDOW_PREFIX_CHARS + WINDOW_SUFFIX_CHARS + 100
+    assert stop_strings_for(Cursor.at("", "\n\n" + body, "python", True)) == ["\ndef f0(x):\n"]
 
 
 @settings(max_examples=100, deadline=None)
@@ -509,14 +517,14 @@ def test_never_repeats_the_suffix_first_line_at_another_indentation(cursor_inden
     suffix = "\n" + line_indent + line + "\n    return xs\n"
     completions = [extra + line, f"x = 1\n{line_indent}{line}"] if multiline else [extra + line]
     for completion in completions:
-        got = postprocess(completion, prefix=prefix, suffix=suffix, language="python", multiline=multiline)
+        got = shown(completion, prefix=prefix, suffix=suffix, language="python", multiline=multiline)
         assert line not in [shown.strip() for shown in got.text.split("\n")], (completion, got)
 
 
 def test_a_try_block_being_typed_may_grow_before_its_except():
     prefix = "def fetch(c, spos):\n    try:\n        if spos is None:\n            return c.popleft()\n        "
     suffix = "\n\n    while c:\n        pass\n"
-    got = postprocess("elif spos == len(c):", prefix=prefix, suffix=suffix, language="python", multiline=False,
+    got = shown("elif spos == len(c):", prefix=prefix, suffix=suffix, language="python", multiline=False,
                       ended=True)
     assert got.text == "elif spos == len(c):"
 
@@ -530,4 +538,4 @@ def test_a_try_block_being_typed_may_grow_before_its_except():
 ])
 def test_a_multi_line_completion_is_done_once_it_left_its_block(completion, done):
     prefix, suffix = "class A:\n    def f(self):\n        ", "\n\n    def g(self):\n        pass\n"
-    assert left_its_block(completion, prefix=prefix, suffix=suffix, language="python") is done
+    assert left_its_block(completion, Cursor.at(prefix, suffix, "python")) is done

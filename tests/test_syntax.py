@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 import engine.text.syntax as syntax
-from engine.text.syntax import decide_multiline, get_parser, language_from, scope_end, window_start
+from engine.text.cursor import Cursor, decide_multiline
+from engine.text.parse_window import WINDOW_PREFIX_CHARS, WINDOW_SUFFIX_CHARS, window_end, window_start
+from engine.text.syntax import get_parser, language_from
+
+
+def scope_end(prefix: str, completion: str, suffix: str, language: str | None) -> int | None:
+    """Where `completion`, put in at the cursor between `prefix` and `suffix`, leaves its block."""
+    return Cursor.at(prefix, suffix, language, multiline=True).scope_end(completion)
 
 
 @pytest.mark.parametrize(
@@ -149,7 +156,7 @@ def test_decide_multiline_parses_only_a_window(monkeypatch):
     body = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(120_000))  # ~3.5 MB
     assert len(body) > 3_000_000
     assert decide_multiline(body + "def g():", "\n" + body, "python") is True
-    assert seen and max(seen) <= syntax.WINDOW_PREFIX_CHARS + syntax.WINDOW_SUFFIX_CHARS
+    assert seen and max(seen) <= WINDOW_PREFIX_CHARS + WINDOW_SUFFIX_CHARS
 
 
 @pytest.mark.parametrize(
@@ -204,7 +211,7 @@ def test_window_start_skips_split_declarations(prefix, language, expected_line):
     ],
 )
 def test_window_end_skips_a_brace_on_its_own_line(suffix, language, expected_rest):
-    end, clean = syntax.window_end(suffix, language=language)
+    end, clean = window_end(suffix, language=language)
     assert clean and suffix[end:].startswith(expected_rest)
 
 
@@ -213,10 +220,10 @@ def test_window_end_out_of_reach_cuts_after_a_member():
     last member's closing brace, not into the Javadoc below it."""
     member = "    int f{i}() {{\n        return {i};\n    }}\n\n    /**\n     * Docs for {i}.\n     */\n"
     suffix = "\n" + "".join(member.format(i=i) for i in range(200)) + "}\n"
-    end, clean = syntax.window_end(suffix, max_chars=1000, language="java")
+    end, clean = window_end(suffix, max_chars=1000, language="java")
     assert not clean and end <= 1000 and suffix[:end].endswith("\n    }\n")
     body = "\n" + "    x = 1\n" * 400  # nothing to go by: the last whole line in reach
-    end, clean = syntax.window_end(body, max_chars=1000, language="python")
+    end, clean = window_end(body, max_chars=1000, language="python")
     assert not clean and body[:end].endswith("    x = 1\n") and end > 985
 
 

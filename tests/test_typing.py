@@ -33,14 +33,14 @@ def new_engine(verifier, drafter="lookup") -> CompletionEngine:
 
 def anchored_ids(engine: CompletionEngine, prefix: str, path: str = PATH) -> list[int]:
     """The anchor's prompt plus the typed text, less its end that token healing leaves to the model."""
-    anchor = engine._anchors[path]
+    anchor = engine.prompts.anchors[path]
     middle, _ = heal_middle(engine.tokenizer, engine.template, anchor.healed + prefix[len(anchor.prefix):])
     return anchor.token_ids + encode_middle(engine.tokenizer, engine.template, middle)
 
 
 def fresh_config(engine: CompletionEngine, prefix: str, max_new_tokens: int) -> GenerationConfig:
     """What a fresh decoder needs to decode as the engine does: its stops and its healing constraint."""
-    anchor = engine._anchors[PATH]
+    anchor = engine.prompts.anchors[PATH]
     _, healed = heal_middle(engine.tokenizer, engine.template, anchor.healed + prefix[len(anchor.prefix):])
     constraint = healing_constraint(engine.tokenizer, healed, engine.verifier.model.config.vocab_size,
                                     prefix.rsplit("\n", 1)[-1])
@@ -81,7 +81,7 @@ def test_a_keystroke_at_the_anchor_feeds_only_its_own_tokens(verifier):
     for char in "value, other":
         typed += char
         result = engine.complete(CompletionRequest(prefix=PREFIX + typed, suffix=SUFFIX, path=PATH, max_new_tokens=4))
-        middle = anchored_ids(engine, PREFIX + typed)[len(engine._anchors[PATH].token_ids):]
+        middle = anchored_ids(engine, PREFIX + typed)[len(engine.prompts.anchors[PATH].token_ids):]
         assert result.anchored
         # Only the typed text's tokens (often fewer: the cache holds their common start), never the suffix;
         # at least the prompt's last token, whose logits give the first output (healing may leave the
@@ -106,7 +106,7 @@ def test_leaving_the_anchor_builds_a_fresh_prompt(verifier, prefix, suffix):
     engine.complete(CompletionRequest(prefix=PREFIX, suffix=SUFFIX, path=PATH, max_new_tokens=2))
     result = engine.complete(CompletionRequest(prefix=prefix, suffix=suffix, path=PATH, max_new_tokens=2))
     assert not result.anchored
-    assert engine._anchors[PATH].prefix == prefix  # and anchors there
+    assert engine.prompts.anchors[PATH].prefix == prefix  # and anchors there
 
 
 def test_warming_leaves_the_request_only_its_last_token(verifier):
@@ -193,7 +193,7 @@ def check_look_ahead(verifier, typed: str) -> None:
                               eos_token_ids=engine.stop_token_ids(engine.template.stop_tokens))
     with torch.inference_mode():
         ahead = SpeculativeDecoder(verifier.model, None, engine.tokenizer).generate(prompt + final.token_ids, config)
-    assert engine._last_output[PATH] == final.token_ids + ahead.token_ids and ahead.token_ids
+    assert engine.prompts.last_output[PATH] == final.token_ids + ahead.token_ids and ahead.token_ids
 
 
 def test_the_next_keystroke_cancels_the_look_ahead(verifier, finished_lines):
@@ -201,7 +201,7 @@ def test_the_next_keystroke_cancels_the_look_ahead(verifier, finished_lines):
     cancel = threading.Event()
     final = engine.complete(looked_ahead_request(PREFIX + finished_lines[0]), cancel=cancel,
                             on_answer=lambda completion: cancel.set())
-    assert final.stop_reason == "stop_string" and engine._last_output[PATH] == final.token_ids
+    assert final.stop_reason == "stop_string" and engine.prompts.last_output[PATH] == final.token_ids
     again = engine.complete(CompletionRequest(prefix=PREFIX + "v", suffix=SUFFIX, path=PATH, max_new_tokens=8,
                                               multiline=True))
     with torch.inference_mode():
@@ -213,10 +213,10 @@ def test_the_next_keystroke_cancels_the_look_ahead(verifier, finished_lines):
 def test_no_look_ahead_without_a_caller_waiting_on_the_answer_or_after_a_block(verifier):
     engine = new_engine(verifier)
     alone = engine.complete(looked_ahead_request(PREFIX))
-    assert engine._last_output[PATH] == alone.token_ids
+    assert engine.prompts.last_output[PATH] == alone.token_ids
     block = engine.complete(CompletionRequest(prefix=PREFIX, suffix=SUFFIX, path=PATH, max_new_tokens=64,
                                               multiline=True), on_answer=lambda completion: None)
-    assert engine._last_output[PATH] == block.token_ids
+    assert engine.prompts.last_output[PATH] == block.token_ids
 
 
 # No grammar for a .txt file: the tiny model's nonsense lines are not withheld as broken code.
@@ -246,7 +246,7 @@ def test_a_line_finished_within_the_budget_shows_the_next_line_too(verifier):
                                   eos_token_ids=engine.stop_token_ids(engine.template.stop_tokens))
         with torch.inference_mode():
             ahead = SpeculativeDecoder(verifier.model, None, engine.tokenizer).generate(prompt + one.token_ids, config)
-        assert engine._last_output[TEXT_PATH] == one.token_ids + ahead.token_ids
+        assert engine.prompts.last_output[TEXT_PATH] == one.token_ids + ahead.token_ids
         if final.text != one.text:
             assert final.text.startswith(one.text + "\n") and "\n" not in final.text[len(one.text) + 1:]
             assert final.token_ids == one.token_ids + ahead.token_ids and final.multiline

@@ -35,7 +35,8 @@ from engine.decoding.decoder import StopReason
 from engine.errors import ModelError
 from engine.text.postprocess import postprocess, stop_strings_for
 from engine.stats import percentile
-from engine.text.syntax import decide_multiline, language_from
+from engine.text.cursor import Cursor
+from engine.text.syntax import language_from
 
 log = logging.getLogger(__name__)
 
@@ -169,21 +170,19 @@ class RemoteBackend:
                  on_answer: Callable[[CompletionResult], None] | None = None) -> CompletionResult:
         started = time.monotonic()
         budget_start = request.received_at if request.received_at is not None else started
-        language = language_from(request.language, request.path)
-        multiline = request.multiline
-        if multiline is None:
-            multiline = decide_multiline(request.prefix, request.suffix, language)
+        cursor = Cursor.at(request.prefix, request.suffix, language_from(request.language, request.path),
+                           request.multiline)
+        multiline = cursor.multiline
         # Like the local engine: the answer leaves a little before the budget ends, for the reply.
         deadline = budget_start + request.budget_ms / 1000 - ANSWER_MARGIN_S if request.budget_ms else None
         # Without a budget, or when decoding goes on after the budget's answer, the stream still
         # ends: at the longest any request may take.
         until = deadline if deadline is not None and on_answer is None else started + self.config.request_timeout_s
-        path, body, prompt_tokens, anchored = self._request(request, multiline)
+        path, body, prompt_tokens, anchored = self._request(request, cursor)
 
         def finish(stream: _Stream, reason: StopReason) -> CompletionResult:
             text = stream.text
-            shown = postprocess(text, prefix=request.prefix, suffix=request.suffix, language=language,
-                                multiline=multiline, ended=reason in (StopReason.EOS, StopReason.STOP_STRING))
+            shown = postprocess(text, cursor, ended=reason in (StopReason.EOS, StopReason.STOP_STRING))
             stats = decode_stats(stream.timings, stream.usage, chunks=stream.chunks, prompt_tokens=prompt_tokens,
                                  wall_ms=(time.monotonic() - started) * 1000)
             return CompletionResult(text=shown.text, replace_after=shown.replace_after, raw_text=text, token_ids=[],
@@ -202,23 +201,24 @@ class RemoteBackend:
     def warm(self, request: CompletionRequest, cancel: threading.Event | None = None) -> int:
         """One token's request for the prompt: the server caches it (llama.cpp cache_prompt,
         vLLM/SGLang prefix caching), so the real request after it feeds only what changed."""
-        path, body, prompt_tokens, _ = self._request(replace(request, max_new_tokens=1), False)
+        one_line = Cursor.at(request.prefix, request.suffix, None, multiline=False)  # one token: no syntax needed
+        path, body, prompt_tokens, _ = self._request(replace(request, max_new_tokens=1), one_line)
         stream = self._stream(path, body, time.monotonic() + WARM_TIMEOUT_S, cancel, None)
         ok = stream.error is None and stream.reason not in (StopReason.CANCELLED, StopReason.DEADLINE)
         return prompt_tokens if ok else 0
 
-    def _request(self, request: CompletionRequest, multiline: bool) -> tuple[str, dict, int, bool]:
+    def _request(self, request: CompletionRequest, cursor: Cursor) -> tuple[str, dict, int, bool]:
         """(endpoint, JSON body, prompt tokens, whether the prompt continues an anchor)."""
         temperature, seed, limit = request.temperature, request.seed, request.max_new_tokens
         if self.api == "infill":
             prefix, suffix, documents = self.renderer.windows(request)
-            stops = stop_strings_for(suffix, multiline)
+            stops = stop_strings_for(cursor)
             body = infill_body(prefix, suffix, documents, max_tokens=limit, temperature=temperature, stop=stops,
                                seed=seed)
             return "/infill", body, (len(prefix) + len(suffix)) // 3, False
         prompt = self.renderer.render(request)
         body = completions_body(self.model, prompt.prompt, max_tokens=limit, temperature=temperature,
-                                stop=stop_strings_for(prompt.suffix, multiline),
+                                stop=stop_strings_for(cursor),
                                 stop_token_ids=prompt.stop_token_ids, seed=seed)
         return "/v1/completions", body, prompt.prompt_tokens, prompt.anchored
 

@@ -53,7 +53,7 @@ def complete(engine, hole: CrossFileHole, name: str, config: CrossFileBenchConfi
     tokens = 0 if name == "raw" else config.context_tokens
     engine.context_budget = replace(engine.default_budget, other_documents_tokens=tokens)
     engine.crossfile.enabled = name != "heads"
-    engine._forget_prompts()  # every hole and configuration from a fresh prompt: no anchor carried over
+    engine.prompts.forget()  # every hole and configuration from a fresh prompt: no anchor carried over
     request = CompletionRequest(prefix=hole.prefix, suffix=hole.suffix, path=hole.path, language=hole.language,
                                 other_documents=[] if name == "raw" else hole.documents,
                                 max_new_tokens=config.max_new_tokens, multiline=False)

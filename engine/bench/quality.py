@@ -43,7 +43,7 @@ from typing import Callable, Sequence
 
 from engine.bench.quality_gate import accepted_chars, format_gate_table, gate_curves
 from engine.bench.quality_holes import DEFAULT_LANGUAGES, QUALITY_KINDS, QualityHole
-from engine.text.syntax_check import syntax_errors
+from engine.text.syntax import syntax_errors
 
 log = logging.getLogger(__name__)
 

@@ -30,24 +30,15 @@ item's range replaces them). The chain's golden files are tests/golden/postproce
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
 from dataclasses import dataclass
 from typing import Callable
 
+from engine.text.cursor import Cursor
 from engine.text.languages import BRACE_CONTINUATION, CONTINUATION
 from engine.text.range_correction import PostprocessedCompletion, correct_range
-from engine.text.syntax import (
-    INDENT_LANGUAGES,
-    NEAR_CHARS,
-    current_line_parts,
-    indent_width,
-    line_opens_block,
-    lines_below,
-    only_closers,
-    scope_end,
-)
+from engine.text.syntax import INDENT_LANGUAGES, NEAR_CHARS, indent_width, line_opens_block, lines_below, only_closers
 from engine.text.syntax_check import first_that_parses
 
 log = logging.getLogger(__name__)
@@ -70,16 +61,16 @@ def _lines_below(suffix: str) -> list[str]:
     return [ln for ln in lines_below(suffix) if ln.strip()]
 
 
-def stop_strings_for(suffix: str, multiline: bool) -> list[str]:
+def stop_strings_for(cursor: Cursor, multiline: bool | None = None) -> list[str]:
     """Strings at which the decoder may stop early (it cuts the text before them).
 
     Single line: the newline, and the rest of the current line when it is distinctive
     (the model reproducing it means the middle is done). Multi-line: the next non-blank
-    line below the cursor, at its own indentation, on a line of its own.
+    line below the cursor, at its own indentation, on a line of its own. (`multiline` None: the cursor's.)
     """
-    _, line_after = current_line_parts("", suffix)
+    suffix, line_after = cursor.suffix, cursor.line_after
     stops: list[str] = []
-    if not multiline:
+    if not (cursor.multiline if multiline is None else multiline):
         stops.append("\n")
         rest = line_after.rstrip()  # leading blanks kept: "a if c| else b" stops at " else b"
         if len(rest.strip()) >= 4 and not only_closers(rest):
@@ -101,26 +92,35 @@ def stop_strings_for(suffix: str, multiline: bool) -> list[str]:
 
 @dataclass(frozen=True)
 class Context:
-    """What every filter may look at: the document around the cursor and the mode."""
+    """What every filter may look at: the cursor (engine/text/cursor.py) and the mode."""
 
-    prefix: str
-    suffix: str
-    language: str | None
+    cursor: Cursor
     multiline: bool
     cut_short: bool = False  # the decoder stopped at its token limit: the last line may be unfinished
 
-    @functools.cached_property
-    def line_before(self) -> str:
-        return current_line_parts(self.prefix, "")[0]
+    @property
+    def prefix(self) -> str:
+        return self.cursor.prefix
 
-    @functools.cached_property
+    @property
+    def suffix(self) -> str:
+        return self.cursor.suffix
+
+    @property
+    def language(self) -> str | None:
+        return self.cursor.language
+
+    @property
+    def line_before(self) -> str:
+        return self.cursor.line_before
+
+    @property
     def line_after(self) -> str:
-        return current_line_parts("", self.suffix)[1]
+        return self.cursor.line_after
 
     @property
     def at_indentation(self) -> bool:
-        """The cursor ends the indentation the user typed (blanks only before it)."""
-        return bool(self.line_before) and not self.line_before.strip()
+        return self.cursor.at_indentation
 
 
 Filter = Callable[[str, Context], str]
@@ -195,7 +195,7 @@ def trim_to_scope(text: str, ctx: Context) -> str:
     if not ctx.multiline or "\n" not in text:
         return text
     try:
-        end = scope_end(ctx.prefix, text, ctx.suffix, ctx.language)
+        end = ctx.cursor.scope_end(text)
     except Exception:  # a parser hiccup must not lose the completion
         log.exception("scope trimming failed; using indentation")
         end = None
@@ -204,10 +204,10 @@ def trim_to_scope(text: str, ctx: Context) -> str:
     return trim_to_scope_by_indentation(text, ctx)
 
 
-def left_its_block(completion: str, *, prefix: str, suffix: str, language: str | None) -> bool:
+def left_its_block(completion: str, cursor: Cursor) -> bool:
     """A multi-line completion in the making has a whole line past its block: decoding on is waste."""
     whole = completion[: completion.rfind("\n")].rstrip()  # its finished lines
-    return "\n" in whole and len(trim_to_scope(whole, Context(prefix, suffix, language, True)).rstrip()) < len(whole)
+    return "\n" in whole and len(trim_to_scope(whole, Context(cursor, True)).rstrip()) < len(whole)
 
 
 def trim_to_scope_by_indentation(text: str, ctx: Context) -> str:
@@ -364,8 +364,7 @@ def keep_the_file_parsing(result: PostprocessedCompletion, ctx: Context) -> Post
     shorter = ["\n".join(lines[:n]).rstrip() for n in range(len(lines) - 1, 0, -1)][:MAX_SYNTAX_CUTS]
     candidates = [result, *(correct_range(text, ctx.line_after) for text in shorter if text.strip())]
     try:
-        keep = first_that_parses(ctx.prefix, ctx.suffix, ctx.language,
-                                 [(c.text, c.replace_after) for c in candidates])
+        keep = first_that_parses(ctx.cursor, [(c.text, c.replace_after) for c in candidates])
     except Exception:  # a parser hiccup must not lose the completion
         log.exception("syntax check failed; keeping the completion")
         return result
@@ -373,16 +372,16 @@ def keep_the_file_parsing(result: PostprocessedCompletion, ctx: Context) -> Post
 
 
 def postprocess(
-    completion: str, *, prefix: str, suffix: str, language: str | None, multiline: bool, cut_short: bool = False,
-    ended: bool = False,
+    completion: str, cursor: Cursor, *, multiline: bool | None = None, cut_short: bool = False, ended: bool = False,
 ) -> PostprocessedCompletion:
     """Turn a raw completion into what the editor shows (see the module docstring).
 
+    ``multiline``: post-process as a block (True) or a line (False); None: as the cursor decided.
     ``cut_short``: the decoder stopped at its token limit rather than at a stop.
     ``ended``: the model ended the completion itself (end of text or a stop string), so it
     must leave the file parsing (`keep_the_file_parsing`); an answer the budget or the token
     limit cut short is the start of one and is not judged."""
-    ctx = Context(prefix, suffix, language, multiline, cut_short)
+    ctx = Context(cursor, cursor.multiline if multiline is None else multiline, cut_short)
     text = run_filters(completion, ctx)[-1][1] if completion.strip() else ""
     if not text:
         return PostprocessedCompletion("", 0)

@@ -1,4 +1,6 @@
-"""Syntax around the cursor: language detection, tree-sitter parsers, single- vs multi-line.
+"""Syntax: language detection, tree-sitter parsers, line helpers, block heuristics, a
+completion's scope and the syntax errors in a text. (What holds at the cursor itself, the
+single- or multi-line decision among it, is engine/text/cursor.py.)
 
 Parsers come from the per-language grammar wheels (tree-sitter-python, -javascript,
 -typescript, -go, -rust, -java, -c, -cpp, -c-sharp; engine/text/languages.py says which language
@@ -14,8 +16,11 @@ import importlib
 import logging
 import os
 import re
+import ast
 import threading
+import warnings
 from dataclasses import dataclass
+
 from engine.text.languages import (
     BLOCK_TYPES,
     EXTENSIONS,
@@ -23,9 +28,7 @@ from engine.text.languages import (
     INDENT_LANGUAGES,
     LANGUAGE_IDS,
     LINE_COMMENT,
-    STRINGISH,
 )
-from engine.text.parse_window import WINDOW_PREFIX_CHARS, WINDOW_SUFFIX_CHARS, window_end, window_start  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -145,134 +148,18 @@ def line_opens_block(line: str, language: str | None) -> bool:
     return False
 
 
-def _quote_open(line_before: str) -> bool:
-    # Fallback string check without a parser: an odd number of a quote char is open.
-    for q in "\"'`":
-        if line_before.count(q) - line_before.count("\\" + q) & 1:
-            return True
-    return False
-
-
-# -- tree-sitter helpers ----------------------------------------------------------------
-
-@dataclass
-class _Window:
-    text: str
-    cursor: int  # char offset of the cursor in text
-    tree: object
-
-    def byte(self, char_offset: int) -> int:
-        return len(self.text[:char_offset].encode("utf-8"))
-
-
-def _parse_window(prefix: str, suffix: str, language: str | None) -> _Window | None:
-    if get_parser(language) is None:
-        return None
-    start = window_start(prefix, language=language)
-    text = prefix[start:] + suffix[:WINDOW_SUFFIX_CHARS]
-    tree = parse(language, text)
-    return _Window(text, len(prefix) - start, tree) if tree is not None else None
-
-
-def _inside_string_or_comment(win: _Window) -> bool:
-    cur = win.byte(win.cursor)
-    if cur == 0:
-        return False
-    node = win.tree.root_node.descendant_for_byte_range(cur - 1, cur)
-    while node is not None:
-        t = node.type
-        if any(s in t for s in STRINGISH):
-            text = node.text.decode("utf-8", "replace") if node.text else ""
-            line_comment = "comment" in t and text.startswith(("//", "#", "--"))
-            if node.start_byte < cur < node.end_byte or (line_comment and node.start_byte < cur <= node.end_byte):
-                return True
-        node = node.parent
-    return False
-
-
-def _last_token_opens_block(win: _Window, language: str) -> bool | None:
-    """Tree verdict on the last code token before the cursor; None = no opinion."""
-    before = win.text[: win.cursor].rstrip()
-    if not before:
-        return None
-    b = win.byte(len(before))
-    node = win.tree.root_node.descendant_for_byte_range(b - 1, b)
-    if node is None:
-        return None
-    if node.type == "comment":  # "if x:  # why" → look at the token before the comment
-        return line_opens_block(before[: len(before) - len(node.text.decode("utf-8", "replace"))], language)
-    parent = node.parent
-    if parent is None or parent.type == "ERROR" or node.type == "ERROR":
-        return None
-    if node.type == ":" and language in INDENT_LANGUAGES:
-        # The colon of a compound statement, not of a dict, slice, annotation or lambda.
-        return parent.type.endswith(("_statement", "_definition", "_clause"))
-    if node.type == "{":
-        return True
-    return False
-
-
-# -- single- vs multi-line ------------------------------------------------------------------
-
-
-def decide_multiline(prefix: str, suffix: str, language: str | None) -> bool:
-    """Should the completion be a multi-line block (True) or the rest of this line (False)?
-
-    - text (other than closing brackets/quotes) after the cursor → single line;
-    - end of a line that opens a block (``def f():``, ``{``) → multi-line;
-    - on a blank line inside an empty block / empty body (or an empty document) → multi-line;
-    - otherwise single line.
-    """
-    line_before, line_after = current_line_parts(prefix, suffix)
-    if line_after.strip() and not only_closers(line_after):
-        return False
-
-    win = _parse_window(prefix, suffix, language)
-    if win is not None:
-        if _inside_string_or_comment(win):
-            return False
-    elif _quote_open(line_before):
-        return False
-
-    if line_before.strip():
-        if win is not None:
-            verdict = _last_token_opens_block(win, language)
-            if verdict is not None:
-                return verdict
-            # The tree has no opinion (an error around the cursor): a `{` inside a string the
-            # user is typing (`$"{name} {`) opens no block. Apostrophes are left out: Rust's
-            # lifetimes and English in comments are no strings.
-            if _quote_open(line_before.replace("'", "")):
-                return False
-        return line_opens_block(line_before, language)
-
-    # Blank line: multi-line only inside an empty block / body.
-    prev = next((ln for ln in reversed(lines_above(prefix)) if ln.strip()), None)
-    if prev is None:
-        return not suffix.strip()  # an empty document is an empty body
-    if not line_opens_block(prev, language):
-        return False
-    if line_after.strip():  # `{` above, cursor before `}` on this line
-        return True
-    nxt = next((ln for ln in lines_below(suffix) if ln.strip()), None)
-    if nxt is None:
-        return True
-    if nxt.lstrip()[:1] in ")]}":
-        return True  # the block closes right away: it is empty
-    return indent_width(nxt) <= indent_width(prev)  # nothing indented under the header
-
-
 # -- syntactic scope (used by postprocess) ---------------------------------------------------
 
 
-def scope_end(prefix: str, completion: str, suffix: str, language: str | None) -> int | None:
+def scope_end(head: str, completion: str, tail: str, language: str | None) -> int | None:
     """Offset in ``completion`` where the block the completion started in ends.
 
-    Parses prefix-window + completion + suffix-window, finds the innermost block
-    (``BLOCK_TYPES``) holding the completion's first non-blank character, and returns
-    where that block ends if it ends inside the completion, ``len(completion)`` if it
-    does not. None when there is no grammar, the completion starts at top level, or the
-    block does not parse cleanly: the caller then falls back to indentation.
+    Parses ``head + completion + tail`` (the syntax window around the cursor with the
+    completion put in: engine/text/cursor.py), finds the innermost block (``BLOCK_TYPES``)
+    holding the completion's first non-blank character, and returns where that block ends if
+    it ends inside the completion, ``len(completion)`` if it does not. None when there is no
+    grammar, the completion starts at top level, or the block does not parse cleanly: the
+    caller then falls back to indentation.
     """
     types = BLOCK_TYPES.get(language or "")
     if not types or get_parser(language) is None:
@@ -280,9 +167,7 @@ def scope_end(prefix: str, completion: str, suffix: str, language: str | None) -
     stripped = completion.lstrip()
     if not stripped:
         return None
-    start = window_start(prefix, language=language)
-    head = prefix[start:]
-    text = head + completion + suffix[:WINDOW_SUFFIX_CHARS]
+    text = head + completion + tail
     tree = parse(language, text)
     if tree is None:
         return None
@@ -300,3 +185,52 @@ def scope_end(prefix: str, completion: str, suffix: str, language: str | None) -
         return len(completion)
     end_chars = len(text.encode("utf-8")[: node.end_byte].decode("utf-8", "ignore"))
     return max(0, end_chars - len(head))
+
+
+# -- syntax errors (post-processing's check, `bench quality`'s parses) ------------------------
+
+
+@dataclass(frozen=True)
+class SyntaxErrors:
+    count: int  # tree-sitter's ERROR and MISSING nodes
+    first_row: int | None  # row (0-based) of the first error of any kind
+    broken_rows: tuple[int, ...]  # rows of text tree-sitter could not parse (its ERROR nodes), sorted
+    compiler_row: int | None = None  # Python: the row of the compiler's first error (None: it compiles)
+    closer_rows: tuple[int, ...] = ()  # rows of the ERROR nodes that hold a closing bracket, sorted
+
+
+def syntax_errors(language: str | None, text: str, tree=None) -> SyntaxErrors | None:
+    """What the parser could not make sense of in ``text`` (None without a grammar); ``tree``:
+    its tree when it was parsed already."""
+    tree = tree if tree is not None else parse(language, text)
+    if tree is None:
+        return None
+    count, missing, broken, closers = 0, [], [], []
+    stack = [tree.root_node] if tree.root_node.has_error else []
+    while stack:
+        node = stack.pop()
+        if node.type == "ERROR" or node.is_missing:
+            count += 1
+            (missing if node.is_missing else broken).append(node.start_point[0])
+            if node.type == "ERROR" and any(c in (node.text or b"") for c in (b")", b"]", b"}")):
+                closers.append(node.start_point[0])
+        stack.extend(child for child in node.children if child.has_error or child.is_missing)
+    compiler_row = first_python_error(text) if language == "python" else None
+    rows = missing + broken + ([compiler_row] if compiler_row is not None else [])
+    return SyntaxErrors(count, min(rows) if rows else None, tuple(sorted(broken)), compiler_row, tuple(sorted(closers)))
+
+
+def first_python_error(text: str) -> int | None:
+    """Row (0-based) of the first error Python's own compiler finds in ``text`` (None: it compiles).
+
+    Tree-sitter accepts what CPython does not, such as a block header with nothing indented
+    under it."""
+    try:
+        with warnings.catch_warnings():  # invalid escapes and the like warn; they still compile
+            warnings.simplefilter("ignore")
+            compile(text, "<window>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as error:
+        return max(0, (error.lineno or 1) - 1)
+    except (ValueError, RecursionError, MemoryError):  # null bytes, absurd nesting
+        return 0
+    return None

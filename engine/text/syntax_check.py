@@ -1,64 +1,15 @@
 """Does a completion leave the file parsing? Tree-sitter's error nodes (and, for Python, the
-compiler's verdict) in a window around the cursor, with and without the completion spliced in.
-
-Used by post-processing (`keep_the_file_parsing`) and by `bench quality` (`parses`).
+compiler's verdict) in the syntax window around the cursor, with and without the completion
+spliced in. Used by post-processing (`keep_the_file_parsing`).
 """
 
 from __future__ import annotations
 
-import ast
-import warnings
-from dataclasses import dataclass
 from typing import Sequence
 
-from engine.text import syntax  # its parse, looked up at call time (tests watch what gets parsed)
+from engine.text.cursor import Cursor
 from engine.text.languages import MACRO_LANGUAGES
-from engine.text.syntax import INDENT_LANGUAGES, indent_width, line_opens_block, window_end, window_start
-
-
-@dataclass(frozen=True)
-class SyntaxErrors:
-    count: int  # tree-sitter's ERROR and MISSING nodes
-    first_row: int | None  # row (0-based) of the first error of any kind
-    broken_rows: tuple[int, ...]  # rows of text tree-sitter could not parse (its ERROR nodes), sorted
-    compiler_row: int | None = None  # Python: the row of the compiler's first error (None: it compiles)
-    closer_rows: tuple[int, ...] = ()  # rows of the ERROR nodes that hold a closing bracket, sorted
-
-
-def syntax_errors(language: str | None, text: str) -> SyntaxErrors | None:
-    """What the parser could not make sense of in ``text`` (None without a grammar)."""
-    tree = syntax.parse(language, text)
-    if tree is None:
-        return None
-    count, missing, broken, closers = 0, [], [], []
-    stack = [tree.root_node] if tree.root_node.has_error else []
-    while stack:
-        node = stack.pop()
-        if node.type == "ERROR" or node.is_missing:
-            count += 1
-            (missing if node.is_missing else broken).append(node.start_point[0])
-            if node.type == "ERROR" and any(c in (node.text or b"") for c in (b")", b"]", b"}")):
-                closers.append(node.start_point[0])
-        stack.extend(child for child in node.children if child.has_error or child.is_missing)
-    compiler_row = first_python_error(text) if language == "python" else None
-    rows = missing + broken + ([compiler_row] if compiler_row is not None else [])
-    return SyntaxErrors(count, min(rows) if rows else None, tuple(sorted(broken)), compiler_row, tuple(sorted(closers)))
-
-
-def first_python_error(text: str) -> int | None:
-    """Row (0-based) of the first error Python's own compiler finds in ``text`` (None: it compiles).
-
-    Tree-sitter accepts what CPython does not, such as a block header with nothing indented
-    under it."""
-    try:
-        with warnings.catch_warnings():  # invalid escapes and the like warn; they still compile
-            warnings.simplefilter("ignore")
-            compile(text, "<window>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
-    except SyntaxError as error:
-        return max(0, (error.lineno or 1) - 1)
-    except (ValueError, RecursionError, MemoryError):  # null bytes, absurd nesting
-        return 0
-    return None
+from engine.text.syntax import INDENT_LANGUAGES, indent_width, line_opens_block, syntax_errors
 
 
 CUT_ROWS = 5  # errors this close to where the window cuts the text may be the cut's own
@@ -81,8 +32,7 @@ def _body_to_come(before: str, after: str, language: str | None) -> str:
     return "\n" + header[: len(header) - len(header.lstrip())] + "    pass"
 
 
-def first_that_parses(prefix: str, suffix: str, language: str | None,
-                      splices: Sequence[tuple[str, int]]) -> int | None:
+def first_that_parses(cursor: Cursor, splices: Sequence[tuple[str, int]]) -> int | None:
     """Index of the first splice ``(text, replace_after)`` that, put in at the cursor (replacing
     that many characters after it), adds no syntax error; None when every one does. Without a
     grammar every splice passes (0).
@@ -95,16 +45,12 @@ def first_that_parses(prefix: str, suffix: str, language: str | None,
     tree-sitter cannot read, is no missing line's.)
     (Below a broken cursor line, errors may be that line's echo: a header the user is still
     typing leaves its body missing, which the next keystrokes fill.) Only a window around the
-    cursor is parsed (`decide_multiline`'s), so a 5 MB file costs the same as a small one."""
-    if syntax.get_parser(language) is None:
-        return 0
-    head = prefix[window_start(prefix, language=language):]
-    end, clean = window_end(suffix, language=language)
-    tail = suffix[:end]
-    cursor_row = head.count("\n")
-    before = syntax_errors(language, head + tail)
+    cursor is parsed, the cursor's own (`cursor.window`), so a 5 MB file costs the same as a small one."""
+    language, head, tail, clean = cursor.language, cursor.window.head, cursor.window.tail, cursor.window.clean
+    before = cursor.window.errors
     if before is None:
         return 0
+    cursor_row = head.count("\n")
     # Code below an intact cursor line that does not parse without the splice needs it to
     # (tree-sitter's verdict: Python's compiler also objects to a `try:` still missing its
     # `except`, which the user may be about to type).
