@@ -88,3 +88,71 @@ def test_the_servers_own_modules_never_import_torch():
     server = {name: path for name, path in modules().items()
               if name.startswith("lsp_server") and not name.startswith(("lsp_server.cli", "lsp_server.bench"))}
     assert server and {name for name, path in server.items() if "torch" in {n.split(".")[0] for n in imports(path)}} == set()
+
+
+# Lower layers never import higher ones; a layer may import itself. engine/__init__.py holds no code.
+ENGINE_LAYERS = (
+    ("engine.errors", "engine.modes", "engine.stats"),  # names every layer shares
+    ("engine.models",),
+    ("engine.text",),
+    ("engine.decoding",),
+    ("engine.medusa",),
+    ("engine.drafters",),
+    ("engine.completion",),
+    ("engine.backends",),
+    ("engine.bench",),
+)
+
+
+def layer_of(module: str) -> int | None:
+    for level, packages in enumerate(ENGINE_LAYERS):
+        if any(module == package or module.startswith(package + ".") for package in packages):
+            return level
+    return None
+
+
+def test_every_engine_module_has_a_layer():
+    assert {name for name in modules() if name.startswith("engine.") and layer_of(name) is None} == set()
+
+
+def test_lower_engine_layers_never_import_higher_ones():
+    upward = {}
+    for name, others in import_graph().items():
+        level = layer_of(name)
+        if level is None:
+            continue
+        higher = sorted(other for other in others if (layer_of(other) or 0) > level)
+        if higher:
+            upward[name] = higher
+    assert upward == {}
+
+
+def test_the_engines_root_holds_the_front_door_and_shared_names():
+    root = sorted(path.stem for path in (ROOT / "engine").glob("*.py"))
+    assert root == ["__init__", "completion", "errors", "modes", "stats"]
+
+
+def source_files() -> list[Path]:
+    files = [path for package in PACKAGES for path in (ROOT / package).rglob("*.py")]
+    clients = ROOT / "editor-clients"
+    files += list((clients / "neovim").rglob("*.lua")) + list((clients / "vscode" / "src").rglob("*.ts"))
+    return files
+
+
+def test_no_source_file_is_over_400_lines():
+    long = {str(path.relative_to(ROOT)): n for path in source_files()
+            if (n := len(path.read_text().splitlines())) > 400}
+    assert source_files() and long == {}
+
+
+def test_the_cursor_context_alone_works_out_what_holds_at_the_cursor():
+    # engine/text/cursor.py derives the cursor line's parts and the syntax window; nothing else does.
+    derivers = {"current_line_parts", "window_start", "window_end", "decide_multiline"}
+    callers = set()
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                called = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+                if called in derivers:
+                    callers.add(name)
+    assert callers <= {"engine.text.cursor", "engine.text.parse_window"}
