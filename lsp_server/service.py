@@ -2,8 +2,8 @@
 
 It owns the backend (the local engine, loaded in the background on the single worker, or
 a remote inference server), the settings, the scheduler, telemetry and the type-through
-cache, and turns an inline-completion request into LSP items. The backend is only ever
-touched from the worker thread.
+cache (its entries and rule: lsp_server/typethrough.py), and turns an inline-completion
+request into LSP items. The backend is only ever touched from the worker thread.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import itertools
 import logging
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable
 
 from lsprotocol import types
@@ -25,6 +25,7 @@ from lsp_server.context import Cursor, build_request, locate, looks_binary
 from lsp_server.scheduler import Scheduler, Superseded
 from lsp_server.settings import Settings, apply_client_settings
 from lsp_server.telemetry import RequestRecord, Telemetry
+from lsp_server.typethrough import Shown, type_through
 from lsp_server.warming import Warmer
 
 log = logging.getLogger(__name__)
@@ -37,19 +38,6 @@ EMPTY = types.InlineCompletionList(items=[])
 # After the backends' own answer (ANSWER_MARGIN_S, 10 ms: it has what is verified), and enough
 # for the reply's trip to the client (at 5 ms, 2 of 21 answers there were 1–2 ms late).
 LOOP_ANSWER_MARGIN_S = 0.008
-
-
-@dataclass
-class Shown:
-    """The last completion answered for a document: typing through it needs no model, and
-    once `complete` (its decode ended by itself, not by a deadline or a cancel, or it has the
-    first line the client was told of) asking again at the same spot needs none either."""
-
-    prefix: str
-    suffix: str
-    text: str
-    replace_after: int
-    complete: bool = False
 
 
 @dataclass(frozen=True)
@@ -178,7 +166,7 @@ class CompletionService:
             self.telemetry.count("empty")
             return EMPTY
 
-        typed_through = self.type_through(cursor)
+        typed_through = type_through(self.shown.get(cursor.uri), cursor)
         self.warmer.did_request(workspace, uri, cursor.position, model=typed_through is None)
         if typed_through is not None:
             source = "kept" if typed_through.prefix == cursor.prefix else "typethrough"
@@ -257,22 +245,6 @@ class CompletionService:
             self.shown[uri] = Shown(cursor.prefix, cursor.suffix, result.text, result.replace_after,
                                     complete=result.stop_reason not in ("deadline", "cancelled"))
         return self.items(document, cursor, result.text, result.replace_after)
-
-    def type_through(self, cursor: Cursor) -> Shown | None:
-        """When the user typed the start of the completion on screen, the rest is still right;
-        at the very spot of a complete answer (a client asking again after the ready
-        notification), all of it is."""
-        shown = self.shown.get(cursor.uri)
-        if shown is None or not shown.text or cursor.suffix != shown.suffix:
-            return None
-        if not cursor.prefix.startswith(shown.prefix):
-            return None
-        typed = cursor.prefix[len(shown.prefix):]
-        if not typed:
-            return shown if shown.complete else None
-        if not shown.text.startswith(typed) or len(typed) >= len(shown.text):
-            return None
-        return replace(shown, text=shown.text[len(typed):])
 
     def items(self, document, cursor: Cursor, text: str, replace_after: int) -> types.InlineCompletionList:
         if not text:

@@ -1,0 +1,40 @@
+"""The type-through cache's entry and its one rule: what of the last answer still fits the cursor.
+
+The service keeps one `Shown` per document (lsp_server/service.py); typing through it, or
+asking again at the spot of a complete one, is answered from here without the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from lsp_server.context import Cursor
+
+
+@dataclass
+class Shown:
+    """The last completion answered for a document: typing through it needs no model, and
+    once `complete` (its decode ended by itself, not by a deadline or a cancel, or it has the
+    first line the client was told of) asking again at the same spot needs none either."""
+
+    prefix: str
+    suffix: str
+    text: str
+    replace_after: int
+    complete: bool = False
+
+
+def type_through(shown: Shown | None, cursor: Cursor) -> Shown | None:
+    """When the user typed the start of the completion on screen, the rest is still right;
+    at the very spot of a complete answer (a client asking again after the ready
+    notification), all of it is."""
+    if shown is None or not shown.text or cursor.suffix != shown.suffix:
+        return None
+    if not cursor.prefix.startswith(shown.prefix):
+        return None
+    typed = cursor.prefix[len(shown.prefix):]
+    if not typed:
+        return shown if shown.complete else None
+    if not shown.text.startswith(typed) or len(typed) >= len(shown.text):
+        return None
+    return replace(shown, text=shown.text[len(typed):])
