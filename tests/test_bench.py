@@ -14,7 +14,7 @@ from dataclasses import asdict
 from engine.bench.corpus import HOLE_KINDS, body_holes, default_corpus, make_holes, midline_holes, statement_end_holes
 from engine.bench.figures import first_difference, positions_matching
 from engine.drafters.config import DrafterConfig
-from lsp_server.bench.session import judge
+from lsp_server.bench.typist import judge
 from lsp_server.cli import main as cli_main
 
 ENGINE_MODES = ("hf-greedy", "hf-assisted", "hf-prompt-lookup", "quickdraft-lookup", "quickdraft-draft",

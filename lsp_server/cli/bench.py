@@ -3,7 +3,7 @@
 engine  — decoding speed at equal output: HF generate (greedy, assisted, prompt lookup) vs
           quickdraft's drafters on the same FIM prompts (engine/bench.py).
 session — what a user feels: a headless LSP client types into `quickdraft serve` and
-          measures every inline completion (lsp_server/bench_session.py).
+          measures every inline completion (lsp_server/bench/session.py).
 passes  — what one forward pass costs, eager vs static cache + CUDA graphs, with random-weight
           models of the exact Qwen2.5-Coder shapes (engine/bench/passes.py); writes passes.json.
 quality — are completions right: exact match, edit similarity, stray whitespace, parse
