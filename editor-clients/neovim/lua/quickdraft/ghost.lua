@@ -1,7 +1,9 @@
 -- quickdraft's own ghost-text renderer for Neovim 0.7 - 0.11: debounced
 -- textDocument/inlineCompletion requests in insert mode, the first line as virtual text at
--- the cursor and the rest as virtual lines, accept / accept word / dismiss.
+-- the cursor and the rest as virtual lines, accept / accept word / dismiss. What a suggestion
+-- is, and where it stands as the user types, is quickdraft/suggestion.lua.
 local compat = require('quickdraft.compat')
+local suggestion = require('quickdraft.suggestion')
 
 local api = vim.api
 local M = {}
@@ -14,7 +16,7 @@ local S = {
   timer = nil, -- debounce timer
   pending = nil, -- { client_id, request_id } of the request in flight
   seq = 0, -- bumped by every keystroke; responses for older numbers are dropped
-  sug = nil, -- the suggestion: see set_suggestion
+  sug = nil, -- the suggestion: see suggestion.from_item
 }
 M._state = S -- for tests and debugging
 
@@ -105,26 +107,7 @@ local function locate()
     return nil
   end
   local row, col = cursor()
-  if row ~= sug.row or col < sug.anchor_col then
-    return nil
-  end
-  local line = current_line(sug.bufnr, row)
-  local range_end = #line - sug.suffix_len -- bytes after the range end never change
-  if col < sug.start_col or range_end < col then
-    return nil
-  end
-  local typed = line:sub(sug.start_col + 1, col)
-  if sug.text:sub(1, #typed) ~= typed or #typed >= #sug.text then
-    return nil
-  end
-  return {
-    row = row,
-    col = col,
-    line = line,
-    range_end = range_end,
-    typed = typed,
-    ghost = sug.text:sub(#typed + 1),
-  }
+  return suggestion.locate(sug, row, col, current_line(sug.bufnr, row))
 end
 
 --- Draw the suggestion (or remove it when it no longer fits). Returns true when shown.
@@ -204,42 +187,6 @@ function M.ghost_text()
   return at and at.ghost or nil
 end
 
-local function set_suggestion(bufnr, client_id, encoding, row, anchor_col, line, item)
-  local text = item.insertText
-  if type(text) == 'table' then
-    text = text.value -- a snippet: inserted as plain text
-  end
-  if type(text) ~= 'string' or text == '' then
-    return false
-  end
-  local start_col, end_col = anchor_col, anchor_col
-  if item.range then
-    if item.range.start.line ~= row or item.range['end'].line ~= row then
-      return false
-    end
-    start_col = compat.lsp_byte_index(line, item.range.start.character, encoding)
-    end_col = compat.lsp_byte_index(line, item.range['end'].character, encoding)
-  end
-  local id
-  local command = item.command
-  if command and type(command.arguments) == 'table' and type(command.arguments[1]) == 'table' then
-    id = command.arguments[1].id
-  end
-  S.sug = {
-    bufnr = bufnr,
-    client_id = client_id,
-    row = row,
-    anchor_col = anchor_col,
-    start_col = start_col,
-    suffix_len = #line - math.max(end_col, anchor_col),
-    text = text,
-    command = command,
-    id = id,
-    shown = false,
-  }
-  return true
-end
-
 --- Ask the server now. `trigger_kind`: 1 invoked (a key), 2 automatic (typing).
 function M.request_now(bufnr, trigger_kind)
   if not bufnr or bufnr == 0 then
@@ -279,7 +226,8 @@ function M.request_now(bufnr, trigger_kind)
     end
     for _, item in ipairs(items) do
       M.clear()
-      if set_suggestion(bufnr, client_id, encoding, row, col, line, item) and M.render() then
+      S.sug = suggestion.from_item(bufnr, client_id, encoding, row, col, line, item)
+      if S.sug and M.render() then
         return
       end
     end
