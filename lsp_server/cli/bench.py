@@ -1,7 +1,7 @@
 """`quickdraft bench engine | session | first-completion | passes | quality | crossfile`: the headless benchmarks (see docs/benchmarks.md).
 
 engine  — decoding speed at equal output: HF generate (greedy, assisted, prompt lookup) vs
-          quickdraft's drafters on the same FIM prompts (engine/bench.py).
+          quickdraft's drafters on the same FIM prompts (engine/bench/).
 session — what a user feels: a headless LSP client types into `quickdraft serve` and
           measures every inline completion (lsp_server/bench/session.py).
 passes  — what one forward pass costs, eager vs static cache + CUDA graphs, with random-weight

@@ -22,7 +22,7 @@ import pytest
 from lsp_server import warming
 from lsp_server.service import READY_NOTIFICATION
 from lsp_server.warming import Spot
-from tests.test_service import Editor, complete, make_service
+from test_service import Editor, complete, make_service
 
 pytestmark = pytest.mark.timeout(300)
 

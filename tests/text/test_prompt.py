@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from support.toy_tokenizers import make_tokenizer  # noqa: E402
 
 from engine.text.fim import detect_fim_template  # noqa: E402

@@ -2,7 +2,7 @@
 
 In-process: the real CompletionService, its scheduler and a CompletionEngine on the tiny
 float32 model, with a pygls Workspace holding the documents — only the JSON-RPC transport
-is left out (tests/test_warming_server.py drives the real server over stdio).
+is left out (tests/server/test_warming_server.py drives the real server over stdio).
 """
 
 from __future__ import annotations

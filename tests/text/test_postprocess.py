@@ -37,7 +37,7 @@ from engine.text.postprocess import (
 from engine.text.range_correction import PostprocessedCompletion, correct_range
 from engine.text.syntax_check import first_that_parses
 
-GOLDEN = Path(__file__).parent / "golden" / "postprocess"
+GOLDEN = Path(__file__).parents[1] / "golden" / "postprocess"
 CURSOR = "║"
 
 

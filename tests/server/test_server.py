@@ -289,7 +289,7 @@ def test_low_draft_acceptance_switches_to_prompt_lookup(tiny_model_dir, tiny_dra
 
 
 def test_serves_over_loopback_tcp(tiny_model_dir):
-    """The smoke test; tests/test_hostile.py has the token, HTTP and one-client-at-a-time cases."""
+    """The smoke test; tests/server/test_hostile.py has the token, HTTP and one-client-at-a-time cases."""
     import re
     import socket
 

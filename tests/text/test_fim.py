@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from support.toy_tokenizers import make_tokenizer  # noqa: E402
 
 from engine.errors import PromptError  # noqa: E402

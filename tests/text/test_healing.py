@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers import LogitsProcessor, LogitsProcessorList
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from support.tiny_models import noisy_copy, random_heads  # noqa: E402
 from support.toy_tokenizers import make_tokenizer  # noqa: E402
 
