@@ -115,6 +115,7 @@ class CompletionEngine:
         self.pass_prompt_tokens = pass_prompt_tokens(verifier.model)
         self.decoder = SpeculativeDecoder(verifier.model, None, self.tokenizer, kv_factory=self._new_cache)
         self.heads = find_heads(verifier.name, verifier.model)  # trained Medusa heads, if any
+        self.feature_head = find_heads(verifier.name, verifier.model, kind="feature")  # and the feature head
         healing_vocabulary(self.tokenizer)  # built at load (~0.5 s for Qwen's), not in the first request
         self.drafter_mode = ""
         self.set_drafter(drafter)
@@ -151,19 +152,21 @@ class CompletionEngine:
 
     def set_drafter(self, mode: str) -> None:
         """Switch drafting mode. Without a draft model 'draft' falls back to 'lookup' and 'hybrid'
-        to the heads with lookup (or lookup alone); 'medusa' without heads falls back to 'lookup'."""
+        to the heads with lookup (or lookup alone); 'medusa' or 'feature' without its heads falls back to 'lookup'."""
         tree = "-tree" if check_drafter(mode).endswith("-tree") else ""
-        if needs_draft_model(mode) and self.draft is None and not (mode == "hybrid" and self.heads is not None):
+        trained = self.heads is not None or self.feature_head is not None
+        if needs_draft_model(mode) and self.draft is None and not (mode == "hybrid" and trained):
             mode = "lookup" + tree
-        if mode == "medusa" and self.heads is None:
-            log.warning("no Medusa heads for %s (run quickdraft heads train --model %s): using lookup",
-                        self.verifier.name, self.verifier.name)
+        if (mode == "medusa" and self.heads is None) or (mode == "feature" and self.feature_head is None):
+            log.warning("no trained %s heads for %s (run quickdraft heads train --model %s%s): using lookup",
+                        mode, self.verifier.name, self.verifier.name, " --kind feature" if mode == "feature" else "")
             mode = "lookup"
         if mode != self.drafter_mode:
             draft_model = self.draft.model if self.draft is not None else None
             config = DrafterConfig(max_draft_tokens=self.max_draft_tokens)
             self.decoder.drafter = make_drafter(mode, draft_model, config, verifier=self.verifier.model,
-                                                heads=self.heads, kv_factory=self._draft_kv)
+                                                heads=self.heads, feature_head=self.feature_head,
+                                                kv_factory=self._draft_kv)
             self.drafter_mode = mode
 
     def _draft_kv(self, model):

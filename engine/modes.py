@@ -2,10 +2,12 @@
 
 Drafter modes — how the verifier gets the tokens it checks:
     hybrid   prompt lookup first, the draft model where lookup has nothing; without a
-             draft model but with trained Medusa heads: the heads' tree and lookup together
+             draft model but with trained heads: the heads' tree and lookup together
+             (the feature head where it is trained, else the Medusa heads)
     lookup   n-grams of the prompt and the open documents only (no second model)
     draft    the draft model only
     medusa   the verifier's trained Medusa heads (a token tree)
+    feature  the verifier's trained feature-level head (EAGLE-style: a chain and its runners-up)
     hybrid-tree, lookup-tree, draft-tree   the same as token trees: several candidates per pass
     none     no drafts: one verifier pass per token
 
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 from engine.errors import ConfigError
 
-DRAFTER_MODES = ("hybrid", "lookup", "draft", "medusa", "hybrid-tree", "lookup-tree", "draft-tree", "none")
+DRAFTER_MODES = ("hybrid", "lookup", "draft", "medusa", "feature", "hybrid-tree", "lookup-tree", "draft-tree", "none")
 DRAFT_MODEL_MODES = ("hybrid", "draft", "hybrid-tree", "draft-tree")  # the modes that load and run a draft model
 
 # Policy name → CompletionRequest.multiline (None: decide from the syntax).

@@ -43,7 +43,8 @@ log = logging.getLogger(__name__)
 HF_MODES = ("hf-greedy", "hf-assisted", "hf-prompt-lookup")
 QD_MODES = ("quickdraft-lookup", "quickdraft-draft", "quickdraft-hybrid")
 DEFAULT_MODES = HF_MODES + QD_MODES
-TREE_MODES = ("quickdraft-lookup-tree", "quickdraft-draft-tree", "quickdraft-hybrid-tree", "quickdraft-medusa")
+TREE_MODES = ("quickdraft-lookup-tree", "quickdraft-draft-tree", "quickdraft-hybrid-tree", "quickdraft-medusa",
+              "quickdraft-feature")
 ALL_MODES = DEFAULT_MODES + ("quickdraft-none",) + TREE_MODES
 TUNED = "+tuned"  # "quickdraft-hybrid+tuned": the same drafter with EngineBenchConfig.tuned, side by side
 
@@ -97,17 +98,21 @@ class EngineBench:
         from engine.medusa.store import find_heads
 
         self.heads = find_heads(verifier.name, verifier.model)  # the verifier's Medusa heads, if trained
+        self.feature_head = find_heads(verifier.name, verifier.model, kind="feature")  # its feature head, if trained
 
         def runnable(mode: str) -> bool:
             base = mode.removesuffix(TUNED)
             if base == "quickdraft-medusa":
                 return self.heads is not None
-            heads_stand_in = base == "quickdraft-hybrid" and self.heads is not None  # heads + lookup
+            if base == "quickdraft-feature":
+                return self.feature_head is not None
+            trained = self.heads is not None or self.feature_head is not None
+            heads_stand_in = base == "quickdraft-hybrid" and trained  # heads + lookup
             return draft is not None or heads_stand_in or not mode_needs_draft_model(mode)
 
         self.modes = [m for m in config.modes if runnable(m)]
         if len(self.modes) < len(config.modes):
-            log.warning("no draft model or no Medusa heads: skipping %s",
+            log.warning("no draft model or no trained heads: skipping %s",
                         ", ".join(sorted(set(config.modes) - set(self.modes))))
 
     # -- prompts ----------------------------------------------------------------------

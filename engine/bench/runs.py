@@ -24,6 +24,7 @@ class EngineBench(Protocol):
     draft: Any  # LoadedModel or None
     tokenizer: Any
     heads: Any  # the verifier's Medusa heads, or None
+    feature_head: Any  # the verifier's feature head, or None
     stop_ids: list[int]
     eos_ids: list[int]
 
@@ -194,7 +195,7 @@ def run_quickdraft(bench: EngineBench, mode: str, prompt: Prompt, max_new_tokens
     name, drafter_config = bench.drafter_for(mode)
     draft_model = bench.draft.model if bench.draft is not None else None
     drafter = make_drafter(name, draft_model, drafter_config, verifier=bench.verifier.model, heads=bench.heads,
-                           kv_factory=bench.cold_cache)
+                           feature_head=bench.feature_head, kv_factory=bench.cold_cache)
     decoder = SpeculativeDecoder(bench.verifier.model, drafter, bench.tokenizer, kv_factory=bench.cold_cache)
     # The prompt in one forward, as HF's generate reads it: in bf16 a chunked prefill rounds
     # differently, and the first token would already differ for reasons unrelated to decoding.

@@ -1,11 +1,11 @@
 """Drafters propose tokens; the verifier decides.
 
-base.py           the interface every drafter implements (start, propose, observe), DraftLength
+base.py           DraftLength (the interface every drafter implements is engine/decoding/draft.py)
 prompt_lookup.py  n-gram copies from the prompt and the open documents (no model)
 draft_model.py    a small language model drafting from its own KV cache
 hybrid.py         lookup when it has a match, else the draft model
 trees.py          the same as token trees: several candidates per verifier pass
-medusa.py         a tree from the verifier's own Medusa heads (engine/medusa/), with lookup in hybrid
+medusa.py         from the verifier's own hidden state: Medusa heads' tree, the feature head's chain (engine/medusa/)
 config.py         DrafterConfig: the tuning every drafter is made with
 
 `make_drafter` builds the drafter of a mode (engine/modes.py names them).
@@ -18,7 +18,7 @@ from engine.drafters.base import DraftLength
 from engine.drafters.config import DrafterConfig
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.hybrid import HybridDrafter
-from engine.drafters.medusa import MedusaDrafter
+from engine.drafters.medusa import FeatureDrafter, MedusaDrafter
 from engine.drafters.prompt_lookup import NgramIndex, PromptLookupDrafter
 from engine.drafters.trees import TreeDraftModelDrafter, TreeHybridDrafter, TreeLookupDrafter
 from engine.errors import ModelError
@@ -27,25 +27,33 @@ from engine.modes import check_drafter, needs_draft_model
 
 
 def make_drafter(mode: str, draft_model=None, config: DrafterConfig | None = None, *,
-                 generator=None, verifier=None, heads=None, kv_factory=KVCache) -> Drafter | None:
+                 generator=None, verifier=None, heads=None, feature_head=None, kv_factory=KVCache) -> Drafter | None:
     """The drafter for a mode name; None means plain decoding (one verifier pass per token).
 
     'hybrid' without a draft model is prompt lookup alone (any match counts) — or, given
-    `heads` (trained Medusa heads for `verifier`, see engine.medusa.store), the heads' tree
-    and lookup together. 'medusa' is the heads alone. `kv_factory` makes the draft model's
-    KV cache (engine.decoding.kv_static.cache_factory picks one per device).
+    trained heads for `verifier` (engine.medusa.store: `feature_head` first, else the Medusa
+    `heads`), the heads' tree and lookup together. 'medusa' and 'feature' are those heads
+    alone. `kv_factory` makes the draft model's KV cache (engine.decoding.kv_static.cache_factory
+    picks one per device).
     """
     config = config or DrafterConfig()
     if check_drafter(mode) == "none":
         return None
     if mode.endswith("-tree"):
         return _tree_drafter(mode, draft_model, config, generator, kv_factory)
-    if mode == "medusa" or (mode == "hybrid" and draft_model is None and heads is not None):
-        if heads is None or verifier is None:
-            raise ModelError("drafter 'medusa' needs trained heads for the verifier; "
-                             "run quickdraft heads train --model VERIFIER, or choose --drafter lookup")
-        lookup = _tree_lookup(config) if mode == "hybrid" else None
-        return MedusaDrafter(verifier, heads.heads, heads.choices, lookup=lookup)
+    if mode == "hybrid" and draft_model is None and (feature_head or heads) is not None:
+        mode, lookup = ("feature" if feature_head is not None else "medusa"), _tree_lookup(config)
+    else:
+        lookup = None
+    if mode in ("medusa", "feature"):
+        trained = feature_head if mode == "feature" else heads
+        if trained is None or verifier is None:
+            raise ModelError(f"drafter {mode!r} needs trained heads for the verifier; run quickdraft heads train "
+                             f"--model VERIFIER{' --kind feature' if mode == 'feature' else ''}, "
+                             f"or choose --drafter lookup")
+        if mode == "feature":
+            return FeatureDrafter(verifier, trained.heads, lookup=lookup)
+        return MedusaDrafter(verifier, trained.heads, trained.choices, lookup=lookup)
     if mode == "draft" and draft_model is None:
         raise ModelError("drafter 'draft' needs a draft model; pass --draft or choose --drafter lookup")
     model_drafter = None
@@ -86,7 +94,7 @@ def _tree_drafter(mode: str, draft_model, config: DrafterConfig, generator, kv_f
 
 
 __all__ = [
-    "Draft", "DraftLength", "DraftModelDrafter", "Drafter", "DrafterConfig", "HybridDrafter",
+    "Draft", "DraftLength", "DraftModelDrafter", "Drafter", "DrafterConfig", "FeatureDrafter", "HybridDrafter",
     "MedusaDrafter", "NgramIndex", "PromptLookupDrafter", "TreeDraftModelDrafter", "TreeHybridDrafter",
     "TreeLookupDrafter", "make_drafter",
 ]

@@ -1,11 +1,14 @@
-"""The `medusa` drafter: a token tree from the Medusa heads' top-k, plus prompt lookup's matches.
+"""Single-model drafters, on the verifier's own hidden state, with prompt lookup's matches merged in:
 
-The heads read the verifier's final hidden state at the position that produced the last
-token, which the verifier computes anyway: a forward hook on its final norm keeps the
-latest forward's output, and the drafter picks the row of the last accepted token (the
-draft is always fed last, so rows are counted from the end). Drafting then costs the
-heads' few matrix-vector products and no extra model pass. A request's first pass has no
-such state yet (it feeds the prompt's tail), so it goes without a draft.
+- `medusa`: a token tree from the Medusa heads' top-k (engine/medusa/heads.py);
+- `feature`: the feature-level head's greedy chain and its runners-up (engine/medusa/feature_head.py).
+
+Both read the verifier's final hidden state at the position that produced the last token,
+which the verifier computes anyway: a forward hook on its final norm keeps the latest
+forward's output, and the drafter picks the row of the last accepted token (the draft is
+always fed last, so rows are counted from the end). Drafting then costs the heads' few
+matrix-vector products and no extra model pass. A request's first pass has no such state
+yet (it feeds the prompt's tail), so it goes without a draft.
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ from typing import Sequence
 import torch
 
 from engine.decoding.draft import Draft
+from engine.decoding.tree import TokenTree
+from engine.decoding.verify import SamplingParams
 from engine.drafters.trees import TreeLookupDrafter, add_paths, tree_draft
 from engine.medusa.choices import Choice, build_tree
+from engine.medusa.feature_head import FeatureHead
 from engine.medusa.heads import MedusaHeads
-from engine.decoding.verify import SamplingParams
 
 
 class HiddenTap:
@@ -40,20 +45,14 @@ class HiddenTap:
         return tap
 
 
-class MedusaDrafter:
-    name = "medusa"
+class HiddenStateDrafter:
+    """What both drafters share: the hidden state of the last accepted token, lookup beside."""
 
-    def __init__(self, verifier, heads: MedusaHeads, choices: Sequence[Choice], *,
-                 lookup: TreeLookupDrafter | None = None, nodes_beside_lookup: int = 6) -> None:
-        """`choices` most probable first; beside lookup's candidates only the first
-        `nodes_beside_lookup` of them are drafted (on a CPU every node costs a little)."""
+    name = ""
+
+    def __init__(self, verifier, lookup: TreeLookupDrafter | None) -> None:
         self.tap = HiddenTap.of(verifier)
-        weight = verifier.get_output_embeddings().weight
-        self.heads = heads.to(device=weight.device, dtype=weight.dtype).attach(weight).eval()
-        self.choices = list(choices)
-        self.top_k = max((rank + 1 for choice in self.choices for rank in choice), default=1)
         self.lookup = lookup
-        self.nodes_beside_lookup = nodes_beside_lookup
         self.pending: Draft | None = None  # the last draft proposed, until the next proposal
         self.accepted = 0
 
@@ -85,11 +84,52 @@ class MedusaDrafter:
             self.pending = Draft.empty(self.name)
             return self.pending
         found = self.lookup.candidates(tokens, min(max_tokens, self.lookup.length.value)) if self.lookup else []
-        candidates, _ = self.heads.top_k(hidden, self.top_k)
-        tree = build_tree(candidates, self.choices[:self.nodes_beside_lookup] if found else self.choices, max_tokens)
+        tree = self.tree(hidden, tokens[-1], max_tokens, beside_lookup=bool(found))
         add_paths(tree, found, len(tree) + (self.lookup.max_nodes if self.lookup else 0))
         self.pending = tree_draft(tree, self.name)
         return self.pending
 
+    def tree(self, hidden: torch.Tensor, last_token: int, max_tokens: int, beside_lookup: bool) -> TokenTree:
+        raise NotImplementedError
+
     def observe(self, draft: Draft, accepted: int) -> None:
         self.accepted = accepted
+
+
+class MedusaDrafter(HiddenStateDrafter):
+    name = "medusa"
+
+    def __init__(self, verifier, heads: MedusaHeads, choices: Sequence[Choice], *,
+                 lookup: TreeLookupDrafter | None = None, nodes_beside_lookup: int = 6) -> None:
+        """`choices` most probable first; beside lookup's candidates only the first
+        `nodes_beside_lookup` of them are drafted (on a CPU every node costs a little)."""
+        super().__init__(verifier, lookup)
+        weight = verifier.get_output_embeddings().weight
+        self.heads = heads.to(device=weight.device, dtype=weight.dtype).attach(weight).eval()
+        self.choices = list(choices)
+        self.top_k = max((rank + 1 for choice in self.choices for rank in choice), default=1)
+        self.nodes_beside_lookup = nodes_beside_lookup
+
+    def tree(self, hidden: torch.Tensor, last_token: int, max_tokens: int, beside_lookup: bool) -> TokenTree:
+        candidates, _ = self.heads.top_k(hidden, self.top_k)
+        return build_tree(candidates, self.choices[:self.nodes_beside_lookup] if beside_lookup else self.choices,
+                          max_tokens)
+
+
+class FeatureDrafter(HiddenStateDrafter):
+    name = "feature"
+
+    def __init__(self, verifier, head: FeatureHead, *, lookup: TreeLookupDrafter | None = None,
+                 depth: int = 5, width: int = 2, nodes_beside_lookup: int = 6) -> None:
+        """The head's greedy chain `depth` deep, with `width - 1` runners-up at each depth; beside
+        lookup's candidates at most `nodes_beside_lookup` nodes of it."""
+        super().__init__(verifier, lookup)
+        self.head = head.eval()
+        self.depth, self.width, self.nodes_beside_lookup = depth, width, nodes_beside_lookup
+
+    def tree(self, hidden: torch.Tensor, last_token: int, max_tokens: int, beside_lookup: bool) -> TokenTree:
+        depth = min(self.depth, max_tokens)
+        tree = TokenTree()
+        add_paths(tree, self.head.draft(hidden, last_token, depth, self.width),
+                  self.nodes_beside_lookup if beside_lookup else depth * self.width)
+        return tree

@@ -17,6 +17,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engine.medusa.data import collect, corpus_files, load_shards, split_files, token_windows
+from engine.medusa.feature_head import FeatureHead
+from engine.medusa.feature_train import FeatureData, train_feature_head
 from engine.medusa.heads import MedusaHeads, fingerprint
 from engine.medusa.store import heads_dir, read_manifest, save_heads
 from engine.medusa.train import TrainConfig, choose_vocabulary, train_heads
@@ -31,20 +33,21 @@ def _progress(**kwargs):
 
 
 def fit_heads(model, tokenizer, model_name: str, *, corpus: Sequence[str | Path] = (),
-              config: TrainConfig | None = None, home: Path | None = None, fresh: bool = False) -> tuple[Path, dict, bool]:
-    """Train heads for `model` and save them where the engine finds them: (folder, manifest, trained now).
-
-    Heads already trained with the same settings are kept unless `fresh`.
+              config: TrainConfig | None = None, home: Path | None = None, fresh: bool = False,
+              kind: str = "medusa") -> tuple[Path, dict, bool]:
+    """Train heads of `kind` ("medusa" or "feature") for `model` and save them where the engine
+    finds them: (folder, manifest, trained now). Heads already trained with the same settings are
+    kept unless `fresh`. For the feature head `config.num_heads` is the depth of its training chains.
     """
     config = config or TrainConfig()
     started = time.monotonic()
     torch.manual_seed(config.seed)
-    folder = heads_dir(model_name, home)
+    folder = heads_dir(model_name, home, kind)
     work = folder / "work"
     # What the corpus reading depends on: a run that changes only the training keeps the shards.
     reading = {"corpus": [str(Path(p).resolve()) for p in corpus], "window": config.window,
                "max_tokens": config.max_tokens, "fingerprint": fingerprint(model.get_output_embeddings().weight)}
-    settings = {**reading, "config": config.key()}
+    settings = {**reading, "kind": kind, "config": config.key()}
     done = read_manifest(folder)
     if not fresh and done is not None and done.get("settings") == settings:
         return folder, done, False
@@ -75,16 +78,25 @@ def fit_heads(model, tokenizer, model_name: str, *, corpus: Sequence[str | Path]
         vocab_ids = choose_vocabulary(train_shard, config.vocab_size, vocab)
         save_file({"vocab_ids": vocab_ids}, str(vocab_path))
     weight = model.get_output_embeddings().weight.detach()
-    heads = MedusaHeads(weight.shape[1], config.num_heads, vocab_ids).attach(weight)
 
-    with _progress(total=config.steps, desc="training heads", unit="step") as bar:
+    with _progress(total=config.steps, desc=f"training the {kind} head" + ("s" if kind == "medusa" else ""),
+                   unit="step") as bar:
         def on_step(step: int, loss: float) -> None:
             bar.n = step
             bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
             bar.refresh()
 
-        result = train_heads(heads, train_shard, held_shard, vocab, config,
-                             checkpoint=work / "checkpoint.pt", on_step=on_step)
+        if kind == "feature":
+            head = FeatureHead(weight.shape[1], vocab_ids).attach(weight, model.get_input_embeddings().weight.detach())
+            tokens = {name: torch.tensor([t for window in windows for t in window])
+                      for name, windows in (("train", train_windows), ("held", held_windows))}
+            result = train_feature_head(head, FeatureData.of(train_shard, tokens["train"], vocab_ids, vocab),
+                                        FeatureData.of(held_shard, tokens["held"], vocab_ids, vocab), config,
+                                        checkpoint=work / "checkpoint.pt", on_step=on_step)
+        else:
+            heads = MedusaHeads(weight.shape[1], config.num_heads, vocab_ids).attach(weight)
+            result = train_heads(heads, train_shard, held_shard, vocab, config,
+                                 checkpoint=work / "checkpoint.pt", on_step=on_step)
 
     manifest = {
         "model": model_name,

@@ -28,6 +28,8 @@ class ResidualBlock(nn.Module):
 
 
 class MedusaHeads(nn.Module):
+    kind = "medusa"
+
     def __init__(self, hidden_size: int, num_heads: int, vocab_ids: torch.Tensor) -> None:
         super().__init__()
         self.blocks = nn.ModuleList(ResidualBlock(hidden_size) for _ in range(num_heads))

@@ -151,43 +151,13 @@ def train_heads(heads: MedusaHeads, train: Shard, held: Shard, vocab: int, confi
     started = time.monotonic()
     train_targets = Targets(train, heads.vocab_ids, vocab, heads.num_heads)
     held_targets = Targets(held, heads.vocab_ids, vocab, heads.num_heads)
-    optimizer = torch.optim.AdamW([p for p in heads.parameters() if p.requires_grad],
-                                  lr=config.learning_rate, weight_decay=0.01)
-    state = {"step": 0, "before": None, "log": []}
-    if checkpoint is not None and checkpoint.exists():
-        saved = torch.load(checkpoint, weights_only=True)  # tensors and plain data only: no pickled code
-        if saved.get("config") == config.resume_key() and saved["state"]["step"] <= config.steps:
-            heads.load_state_dict(saved["heads"])
-            optimizer.load_state_dict(saved["optimizer"])
-            state = saved["state"]
-            log.info("resuming head training at step %d of %d", state["step"], config.steps)
-    if state["before"] is None:
-        state["before"] = asdict(evaluate(heads, held, held_targets))
-    positions = train_targets.valid_positions()
-    generator = torch.Generator().manual_seed(config.seed)
-    for _ in range(state["step"]):  # the same batches as an uninterrupted run
-        torch.randint(len(positions), (config.batch,), generator=generator)
-    heads.train()
-    while state["step"] < config.steps:
-        step = state["step"]
-        for group in optimizer.param_groups:  # cosine decay
-            group["lr"] = config.learning_rate * 0.5 * (1 + math.cos(math.pi * step / config.steps))
-        pos = positions[torch.randint(len(positions), (config.batch,), generator=generator)]
+
+    def batch_loss(pos: torch.Tensor) -> torch.Tensor:
         goal, mask = train_targets.batch(pos)
-        loss = _loss(heads, train.hidden[pos].float(), goal, mask).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        state["step"] = step + 1
-        if state["step"] % EVAL_EVERY == 0 or state["step"] == config.steps:
-            _keep_if_best(state, heads, held, held_targets, float(loss.detach()))
-            if checkpoint is not None:
-                _save_checkpoint(checkpoint, heads, optimizer, state, config)
-        if on_step is not None:
-            on_step(state["step"], float(loss.detach()))
-    if state.get("best") is not None:  # a small corpus overfits: keep the heads that did best on held-out files
-        heads.load_state_dict(state["best"]["heads"])
-    heads.eval()
+        return _loss(heads, train.hidden[pos].float(), goal, mask).mean()
+
+    state = run_training(heads, train_targets.valid_positions(), batch_loss,
+                         lambda: evaluate(heads, held, held_targets), config, checkpoint=checkpoint, on_step=on_step)
     after = evaluate(heads, held, held_targets)
     choices = tune_choices(after.accuracy, config.tree_nodes)
     return TrainResult(heads, Evaluation(**state["before"]), after, choices,
@@ -195,19 +165,63 @@ def train_heads(heads: MedusaHeads, train: Shard, held: Shard, vocab: int, confi
                        time.monotonic() - started, state["log"], (state.get("best") or {}).get("step", state["step"]))
 
 
-def _keep_if_best(state: dict, heads: MedusaHeads, held: Shard, targets: Targets, train_loss: float) -> None:
-    held_loss = sum(evaluate(heads, held, targets).loss) / heads.num_heads
-    heads.train()
+def run_training(model: torch.nn.Module, positions: torch.Tensor, batch_loss: Callable[[torch.Tensor], torch.Tensor],
+                 held_out: Callable[[], Evaluation], config: TrainConfig, *, checkpoint: Path | None = None,
+                 on_step: Callable[[int, float], None] | None = None) -> dict:
+    """The loop both kinds of head share: AdamW with cosine decay on random batches of `positions`,
+    held-out evaluation and a checkpoint every EVAL_EVERY steps, the best held-out model kept.
+    Resumes from `checkpoint` when the settings match, with the same batches as an uninterrupted run.
+    Returns the state: steps done, the evaluation before training, the log, the best step."""
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
+                                  lr=config.learning_rate, weight_decay=0.01)
+    state = {"step": 0, "before": None, "log": []}
+    if checkpoint is not None and checkpoint.exists():
+        saved = torch.load(checkpoint, weights_only=True)  # tensors and plain data only: no pickled code
+        if saved.get("config") == config.resume_key() and saved["state"]["step"] <= config.steps:
+            model.load_state_dict(saved["heads"])
+            optimizer.load_state_dict(saved["optimizer"])
+            state = saved["state"]
+            log.info("resuming head training at step %d of %d", state["step"], config.steps)
+    if state["before"] is None:
+        state["before"] = asdict(held_out())
+    generator = torch.Generator().manual_seed(config.seed)
+    for _ in range(state["step"]):  # the same batches as an uninterrupted run
+        torch.randint(len(positions), (config.batch,), generator=generator)
+    model.train()
+    while state["step"] < config.steps:
+        step = state["step"]
+        for group in optimizer.param_groups:  # cosine decay
+            group["lr"] = config.learning_rate * 0.5 * (1 + math.cos(math.pi * step / config.steps))
+        loss = batch_loss(positions[torch.randint(len(positions), (config.batch,), generator=generator)])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        state["step"] = step + 1
+        if state["step"] % EVAL_EVERY == 0 or state["step"] == config.steps:
+            _keep_if_best(state, model, held_out, float(loss.detach()))
+            if checkpoint is not None:
+                _save_checkpoint(checkpoint, model, optimizer, state, config)
+        if on_step is not None:
+            on_step(state["step"], float(loss.detach()))
+    if state.get("best") is not None:  # a small corpus overfits: keep what did best on held-out files
+        model.load_state_dict(state["best"]["heads"])
+    model.eval()
+    return state
+
+
+def _keep_if_best(state: dict, model: torch.nn.Module, held_out: Callable[[], Evaluation], train_loss: float) -> None:
+    losses = held_out().loss
+    held_loss = sum(losses) / len(losses)
+    model.train()
     state["log"].append({"step": state["step"], "loss": round(train_loss, 4), "held_out_loss": round(held_loss, 4)})
     best = state.get("best")
     if best is None or held_loss < best["loss"]:
         state["best"] = {"loss": held_loss, "step": state["step"],
-                         "heads": {k: v.detach().clone() for k, v in heads.state_dict().items()}}
+                         "heads": {k: v.detach().clone() for k, v in model.state_dict().items()}}
 
 
-def _save_checkpoint(path: Path, heads, optimizer, state: dict, config: TrainConfig) -> None:
+def _save_checkpoint(path: Path, model: torch.nn.Module, optimizer, state: dict, config: TrainConfig) -> None:
     tmp = path.with_suffix(".partial")
-    torch.save({"heads": heads.state_dict(), "optimizer": optimizer.state_dict(), "state": state,
+    torch.save({"heads": model.state_dict(), "optimizer": optimizer.state_dict(), "state": state,
                 "config": config.resume_key()}, tmp)
     tmp.replace(path)
-

@@ -43,7 +43,7 @@ def add_parsers(sub) -> None:
     engine.add_argument("--max-new-tokens", type=int, help="tokens per completion (default 64; --quick 32)")
     engine.add_argument("--modes", help="comma-separated; default: hf-greedy,hf-assisted,hf-prompt-lookup,"
                                         "quickdraft-lookup,quickdraft-draft,quickdraft-hybrid (also: quickdraft-none, token trees "
-                                        "quickdraft-lookup-tree,-draft-tree,-hybrid-tree, and quickdraft-medusa)")
+                                        "quickdraft-lookup-tree,-draft-tree,-hybrid-tree, quickdraft-medusa and quickdraft-feature)")
     engine.add_argument("--device", help="cpu | cuda | cuda:N (default: cuda when available)")
     engine.add_argument("--repeats", type=int, default=1, help="runs per prompt and mode; the median time counts")
     engine.add_argument("--no-warmup", action="store_true", help="skip the warm-up round")

@@ -146,25 +146,26 @@ def model_check(role: str, spec: str, rehash: bool) -> Check:
 
 
 def heads_check(plan: Plan) -> tuple[Check, str]:
-    """Trained Medusa heads for the verifier, and the drafter that actually runs (as CompletionEngine.set_drafter)."""
-    from engine.medusa.store import heads_dir, read_manifest
+    """Trained heads for the verifier (Medusa, feature), and the drafter that actually runs (as CompletionEngine.set_drafter)."""
+    from engine.medusa.store import KINDS, heads_dir, read_manifest
 
-    manifest = read_manifest(heads_dir(plan.verifier))
+    trained = {kind: manifest for kind in KINDS if (manifest := read_manifest(heads_dir(plan.verifier, kind=kind)))}
     drafter = plan.drafter
     tree = "-tree" if drafter.endswith("-tree") else ""
-    if needs_draft_model(drafter) and plan.draft == "none" and not (drafter == "hybrid" and manifest):
+    if needs_draft_model(drafter) and plan.draft == "none" and not (drafter == "hybrid" and trained):
         drafter = "lookup" + tree
-    if drafter == "medusa" and not manifest:
+    if drafter in KINDS and drafter not in trained:
         drafter = "lookup"
-    uses_heads = plan.drafter == "medusa" or (plan.drafter == "hybrid" and plan.draft == "none")
+    uses_heads = plan.drafter in KINDS or (plan.drafter == "hybrid" and plan.draft == "none")
     train = f"quickdraft heads train --model {plan.verifier}"
-    if manifest:
-        detail = (f"trained {str(manifest.get('created', '?'))[:10]} ({manifest.get('num_heads')} heads); "
-                  f"{'used by' if uses_heads else 'not used by'} drafter {plan.drafter}")
-        return Check("Medusa heads", True, detail), drafter
-    if plan.drafter == "medusa":
-        return Check("Medusa heads", False, f"none for {plan.verifier}: drafter medusa falls back to prompt lookup",
-                     train), drafter
+    if trained:
+        kinds = ", ".join(f"{kind} trained {str(manifest.get('created', '?'))[:10]}" for kind, manifest in trained.items())
+        return Check("Medusa heads", True, f"{kinds}; {'used by' if uses_heads else 'not used by'} drafter {plan.drafter}"), \
+            drafter
+    if plan.drafter in KINDS:
+        flag = " --kind feature" if plan.drafter == "feature" else ""
+        return Check("Medusa heads", False, f"none for {plan.verifier}: drafter {plan.drafter} falls back to prompt lookup",
+                     train + flag), drafter
     return Check("Medusa heads", True, f"none (optional; drafter {plan.drafter} does not need them: {train})"), drafter
 
 

@@ -22,7 +22,10 @@ def add_parsers(sub) -> None:
     train.add_argument("--corpus", action="append", default=[], metavar="PATH",
                        help="source files or folders, e.g. your workspace (repeatable; default: the installed "
                             "packages' Python modules)")
-    train.add_argument("--heads", type=int, default=4, help="number of heads: tokens t+2 … t+K+1 (default 4)")
+    train.add_argument("--kind", choices=("medusa", "feature"), default="medusa",
+                       help="medusa: K independent heads; feature: one EAGLE-style head run step after step (default medusa)")
+    train.add_argument("--heads", type=int, default=4,
+                       help="number of heads: tokens t+2 … t+K+1 (default 4); for --kind feature, the depth of its training chains")
     train.add_argument("--steps", type=int, default=600, help="training steps (default 600)")
     train.add_argument("--max-tokens", type=int, default=48_000,
                        help="corpus tokens the model reads, a tenth held out (default 48000; the slow part on a CPU)")
@@ -55,7 +58,7 @@ def _train(args: argparse.Namespace) -> int:
                          vocab_size=args.vocab, tree_nodes=args.tree_nodes)
     try:
         folder, manifest, trained = fit_heads(loaded.model, loaded.tokenizer, loaded.name, corpus=args.corpus,
-                                              config=config, fresh=args.fresh)
+                                              config=config, fresh=args.fresh, kind=args.kind)
     except (FileNotFoundError, ValueError) as error:
         raise ModelError(str(error)) from None
     if args.json:
@@ -64,12 +67,13 @@ def _train(args: argparse.Namespace) -> int:
         return 0
     held = manifest["held_out"]
     state = f"trained in {manifest['train_seconds']:.0f} s" if trained else "already trained (--fresh to redo)"
-    print(f"heads for {manifest['model']}: {state} — {folder}")
+    print(f"{args.kind} heads for {manifest['model']}: {state} — {folder}")
     print(f"  corpus: {manifest['corpus']['tokens']} tokens from {manifest['corpus']['files']} files "
           f"({manifest['corpus']['held_out_files']} held out); {manifest['steps']} steps")
     print(f"  held-out loss per head: {_floats(held['before']['loss'])} untrained → {_floats(held['after']['loss'])}")
     print(f"  held-out top-1 per head: {_floats(held['before']['top1'])} untrained → {_floats(held['after']['top1'])}")
-    print(f"  expected tokens per pass with the tuned {len(manifest['choices'])}-node tree: {held['expected_tau']:.2f}")
+    shape = f"the tuned {len(manifest['choices'])}-node tree" if args.kind == "medusa" else "its greedy chain"
+    print(f"  expected tokens per pass with {shape}: {held['expected_tau']:.2f}")
     return 0
 
 
