@@ -119,17 +119,19 @@ class MedusaDrafter(HiddenStateDrafter):
 class FeatureDrafter(HiddenStateDrafter):
     name = "feature"
 
-    def __init__(self, verifier, head: FeatureHead, *, lookup: TreeLookupDrafter | None = None,
-                 depth: int = 5, width: int = 2, nodes_beside_lookup: int = 6) -> None:
-        """The head's greedy chain `depth` deep, with `width - 1` runners-up at each depth; beside
-        lookup's candidates at most `nodes_beside_lookup` nodes of it."""
+    def __init__(self, verifier, head: FeatureHead, *, lookup: TreeLookupDrafter | None = None, depth: int = 6,
+                 stop_below: float = 0.3, branch_below: float = 0.5, nodes_beside_lookup: int = 4) -> None:
+        """The head's greedy chain, up to `depth` deep and ending after a step it is less than
+        `stop_below` sure of, with the runner-up beside every step it is less than `branch_below`
+        sure of; beside lookup's candidates at most `nodes_beside_lookup` nodes of it."""
         super().__init__(verifier, lookup)
         self.head = head.eval()
-        self.depth, self.width, self.nodes_beside_lookup = depth, width, nodes_beside_lookup
+        self.depth, self.stop_below, self.branch_below = depth, stop_below, branch_below
+        self.nodes_beside_lookup = nodes_beside_lookup
 
     def tree(self, hidden: torch.Tensor, last_token: int, max_tokens: int, beside_lookup: bool) -> TokenTree:
         depth = min(self.depth, max_tokens)
         tree = TokenTree()
-        add_paths(tree, self.head.draft(hidden, last_token, depth, self.width),
-                  self.nodes_beside_lookup if beside_lookup else depth * self.width)
+        paths = self.head.draft(hidden, last_token, depth, stop_below=self.stop_below, branch_below=self.branch_below)
+        add_paths(tree, paths, self.nodes_beside_lookup if beside_lookup else 2 * depth)
         return tree

@@ -69,18 +69,27 @@ class FeatureHead(nn.Module):
         return feature @ self.output_weight.T
 
     @torch.inference_mode()
-    def draft(self, hidden: torch.Tensor, token: int, depth: int, width: int) -> list[list[int]]:
-        """Verifier token paths after `token`: the greedy chain `depth` long, then the `width - 1`
-        runners-up at each depth as one-token branches; the chain first."""
+    def draft(self, hidden: torch.Tensor, token: int, depth: int, *, stop_below: float = 0.0,
+              branch_below: float = 1.0) -> list[list[int]]:
+        """Verifier token paths after `token`: the head's greedy chain, at most `depth` long and
+        ending after a step whose top token has less than `stop_below` probability; wherever the
+        top token has less than `branch_below`, its runner-up as a one-token branch. The chain first.
+
+        On a CPU every drafted node costs verifier time, so the chain stops where the head is
+        unsure rather than drafting tokens it expects to lose."""
         weight = self.output_weight
         feature = hidden.to(weight.dtype)[None]
         current = torch.tensor([token], device=weight.device)
+        vocab_ids = self.vocab_ids.to(weight.device)
         chain: list[int] = []
         branches: list[list[int]] = []
         for _ in range(depth):
             feature = self.step(feature, current)
-            ranked = self.vocab_ids.to(weight.device)[self.logits(feature)[0].topk(width).indices]
-            branches += [chain + [int(alternative)] for alternative in ranked[1:]]
-            chain = chain + [int(ranked[0])]
-            current = ranked[:1]
+            probs, ranked = self.logits(feature)[0].float().softmax(dim=-1).topk(2)
+            if float(probs[0]) < branch_below:
+                branches.append(chain + [int(vocab_ids[ranked[1]])])
+            chain = chain + [int(vocab_ids[ranked[0]])]
+            current = vocab_ids[ranked[:1]]
+            if float(probs[0]) < stop_below:
+                break
         return [chain, *branches]

@@ -117,8 +117,9 @@ def test_an_untrained_feature_head_repeats_the_feature_it_was_given():
                                                     torch.randn(32, 16, generator=generator))
     feature = torch.randn(3, 16, generator=generator)
     assert torch.allclose(head.step(feature, torch.tensor([1, 2, 3])), feature)
-    paths = head.draft(feature[0], 5, depth=3, width=2)
+    paths = head.draft(feature[0], 5, depth=3)
     assert len(paths[0]) == 3 and [len(p) for p in paths[1:]] == [1, 2, 3]  # the chain, then runners-up
+    assert head.draft(feature[0], 5, depth=3, stop_below=1.0, branch_below=0.0) == [paths[0][:1]]  # unsure: one step
 
 
 def test_a_head_for_another_model_is_refused(taught, tmp_path):  # noqa: F811
