@@ -8,7 +8,7 @@ completion.py  the front door: a CompletionRequest in, a post-processed completi
 text/          the text around the cursor: cursor context, FIM prompts, healing, syntax, post-processing
 decoding/      the speculative loop, acceptance rules, KV caches (dynamic; static + CUDA graphs), token trees
 drafters/      prompt lookup, draft model, hybrid, tree drafters, Medusa; DrafterConfig
-medusa/        Medusa heads: the heads, training data, fitting, tree choices, storage
+medusa/        heads on the verifier: Medusa heads, the feature head; training data, fitting, storage
 models/        presets, the model store, downloads, conversion, loading, int8 weights
 backends/      the Backend interface: this engine in-process, or a remote inference server
 bench/         engine benchmarks and the corpus of holes they decode
