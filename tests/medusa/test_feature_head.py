@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import random
 
-import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -21,7 +20,7 @@ from engine.medusa.train import TrainConfig
 from engine.models.tiny import write_tiny_model
 from lsp_server.cli import main
 from support.tiny_models import random_heads
-from test_medusa import synthetic_module, taught  # noqa: F401 (a module fixture: the tiny model taught a corpus)
+from test_medusa import assert_resumes_as_if_never_stopped, synthetic_module, taught  # noqa: F401 (taught: a fixture)
 
 
 def run(model, drafter, prompt: list[int]):
@@ -89,26 +88,12 @@ def test_feature_training_resumes_where_it_stopped(tmp_path):
     train, held = fake_data(6, 20, 16, 32, seed=1), fake_data(2, 20, 16, 32, seed=2)
     config = TrainConfig(num_heads=2, steps=120, batch=16, vocab_size=32)
 
-    def fresh_head():
-        torch.manual_seed(0)  # its MLP's first layer starts random
-        return FeatureHead(16, torch.arange(32)).attach(lm_head, embedding)
+    def run(checkpoint, on_step):
+        torch.manual_seed(0)  # the head's MLP starts random
+        head = FeatureHead(16, torch.arange(32)).attach(lm_head, embedding)
+        return train_feature_head(head, train, held, config, checkpoint=checkpoint, on_step=on_step)
 
-    whole = train_feature_head(fresh_head(), train, held, config)
-
-    class Interrupted(Exception):
-        pass
-
-    def stop_at_60(step, loss):
-        if step == 60:
-            raise Interrupted
-
-    checkpoint = tmp_path / "checkpoint.pt"
-    with pytest.raises(Interrupted):
-        train_feature_head(fresh_head(), train, held, config, checkpoint=checkpoint, on_step=stop_at_60)
-    resumed = train_feature_head(fresh_head(), train, held, config, checkpoint=checkpoint)
-    assert resumed.steps == 120
-    for a, b in zip(whole.heads.state_dict().values(), resumed.heads.state_dict().values()):
-        assert torch.allclose(a, b, atol=1e-5)
+    assert_resumes_as_if_never_stopped(run, tmp_path / "checkpoint.pt", config.steps)
 
 
 def test_an_untrained_feature_head_repeats_the_feature_it_was_given():

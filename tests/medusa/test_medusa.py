@@ -125,31 +125,36 @@ def fake_shard(windows: int, length: int, hidden: int, vocab: int, seed: int) ->
                  probs, torch.arange(windows).repeat_interleave(length))
 
 
+def assert_resumes_as_if_never_stopped(train, checkpoint: Path, steps: int) -> None:
+    """`train(checkpoint, on_step)` stopped half-way and run again ends with what one run gives."""
+    whole = train(None, None)
+
+    class Interrupted(Exception):
+        pass
+
+    def stop_half_way(step, loss):
+        if step == steps // 2:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        train(checkpoint, stop_half_way)
+    resumed = train(checkpoint, None)
+    assert resumed.steps == steps
+    for a, b in zip(whole.heads.state_dict().values(), resumed.heads.state_dict().values()):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
 def test_training_resumes_where_it_stopped(tmp_path):
     lm_head = torch.randn(32, 16, generator=torch.Generator().manual_seed(0))
     train, held = fake_shard(6, 20, 16, 32, seed=1), fake_shard(2, 20, 16, 32, seed=2)
     config = TrainConfig(num_heads=2, steps=120, batch=16, vocab_size=32, tree_nodes=4)
 
-    def fresh_heads():
+    def run(checkpoint, on_step):
         torch.manual_seed(0)
-        return MedusaHeads(16, 2, torch.arange(32)).attach(lm_head)
+        heads = MedusaHeads(16, 2, torch.arange(32)).attach(lm_head)
+        return train_heads(heads, train, held, 32, config, checkpoint=checkpoint, on_step=on_step)
 
-    whole = train_heads(fresh_heads(), train, held, 32, config)
-
-    class Interrupted(Exception):
-        pass
-
-    def stop_at_60(step, loss):
-        if step == 60:
-            raise Interrupted
-
-    checkpoint = tmp_path / "checkpoint.pt"
-    with pytest.raises(Interrupted):
-        train_heads(fresh_heads(), train, held, 32, config, checkpoint=checkpoint, on_step=stop_at_60)
-    resumed = train_heads(fresh_heads(), train, held, 32, config, checkpoint=checkpoint)
-    assert resumed.steps == 120
-    for a, b in zip(whole.heads.state_dict().values(), resumed.heads.state_dict().values()):
-        assert torch.allclose(a, b, atol=1e-5)
+    assert_resumes_as_if_never_stopped(run, tmp_path / "checkpoint.pt", config.steps)
 
 
 def test_tree_choices_follow_accuracy():
