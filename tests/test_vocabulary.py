@@ -24,7 +24,7 @@ def test_drafter_modes_and_which_need_a_draft_model():
 
 
 def test_an_unknown_drafter_is_one_error_everywhere():
-    with pytest.raises(ConfigError, match="unknown drafter 'telepathy'; choose one of hybrid, lookup, draft, medusa, "
+    with pytest.raises(ConfigError, match="unknown drafter 'telepathy'; choose one of hybrid, lookup, draft, medusa, feature, "
                                           "hybrid-tree, lookup-tree, draft-tree, none"):
         check_drafter("telepathy")
     with pytest.raises(ConfigError, match="unknown drafter 'telepathy'"):

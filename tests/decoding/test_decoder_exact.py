@@ -10,7 +10,7 @@ from engine.decoding.decoder import GenerationConfig, SpeculativeDecoder
 from engine.drafters import Draft, DrafterConfig, make_drafter
 from engine.decoding.verify import SamplingParams
 
-from support.tiny_models import TINY_VOCAB
+from support.tiny_models import TINY_VOCAB, random_feature_head
 
 
 def reference(verifier, prompt: list[int], max_new_tokens: int, eos: int | None) -> list[int]:
@@ -52,7 +52,7 @@ prompts = st.lists(st.integers(0, TINY_VOCAB - 1), min_size=1, max_size=24).flat
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     prompt=prompts,
-    mode=st.sampled_from(["none", "lookup", "draft", "hybrid", "adversarial"]),
+    mode=st.sampled_from(["none", "lookup", "draft", "hybrid", "feature", "adversarial"]),
     draft_kind=st.sampled_from(["unrelated", "noisy", "identical"]),
     k=st.sampled_from([1, 2, 4, 8]),
     max_new_tokens=st.integers(1, 24),
@@ -61,8 +61,9 @@ prompts = st.lists(st.integers(0, TINY_VOCAB - 1), min_size=1, max_size=24).flat
 def test_greedy_output_equals_verifier_generate(verifier, draft_models, prompt, mode, draft_kind, k, max_new_tokens, eos):
     if mode == "adversarial":
         drafter = AlwaysWrongDrafter(verifier)
-    else:
-        drafter = make_drafter(mode, draft_models[draft_kind], DrafterConfig(max_draft_tokens=k))
+    else:  # the feature head: untrained, random, so often wrong (draft_kind picks its seed)
+        drafter = make_drafter(mode, draft_models[draft_kind], DrafterConfig(max_draft_tokens=k), verifier=verifier,
+                               feature_head=random_feature_head(verifier, seed=len(draft_kind)))
     decoder = SpeculativeDecoder(verifier, drafter)
     config = GenerationConfig(max_new_tokens=max_new_tokens, max_draft_tokens=k,
                               eos_token_ids=[eos] if eos is not None else [])

@@ -20,7 +20,7 @@ from engine.drafters import DrafterConfig, make_drafter
 from engine.models.tiny import build_model
 from engine.decoding.verify import SamplingParams, accept, probs_from_logits
 
-from support.tiny_models import noisy_copy
+from support.tiny_models import noisy_copy, random_feature_head
 
 VOCAB = 8
 SAMPLES = 3000
@@ -71,13 +71,16 @@ def goodness_of_fit(counts: Counter, expected: dict) -> float:
         ("draft", SamplingParams(temperature=1.3)),
         ("draft", SamplingParams(temperature=0.9, top_k=5, top_p=0.9)),
         ("lookup", SamplingParams(temperature=1.3)),
+        ("feature", SamplingParams(temperature=1.3)),
     ],
 )
 def test_speculative_samples_follow_the_verifier(small_verifier, drafter_mode, params):
     torch.manual_seed(1234)
     draft = noisy_copy(small_verifier, seed=5, scale=0.5)
     prompt = [1, 2, 3, 4, 5, 6, 7, 0, 1, 2]  # every token recurs, so prompt lookup always has a proposal
-    decoder = SpeculativeDecoder(small_verifier, make_drafter(drafter_mode, draft, DrafterConfig(max_draft_tokens=2)))
+    drafter = make_drafter(drafter_mode, draft, DrafterConfig(max_draft_tokens=2), verifier=small_verifier,
+                           feature_head=random_feature_head(small_verifier, seed=5))
+    decoder = SpeculativeDecoder(small_verifier, drafter)
     counts: Counter = Counter()
     drafted = 0
     for seed in range(SAMPLES):

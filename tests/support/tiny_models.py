@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from engine.medusa.choices import default_choices
+from engine.medusa.feature_head import FeatureHead
 from engine.medusa.heads import MedusaHeads
 from engine.medusa.store import LoadedHeads
 from engine.models.tiny import build_model
@@ -35,6 +36,17 @@ def random_heads(verifier, seed: int, num_heads: int = 3) -> LoadedHeads:
             block.linear.weight.copy_(torch.randn(block.linear.weight.shape, generator=generator) * 0.1)
     heads.attach(verifier.lm_head.weight)
     return LoadedHeads(heads, {"choices": [list(c) for c in default_choices(num_heads, 12)]}, Path("."))
+
+
+def random_feature_head(verifier, seed: int) -> LoadedHeads:
+    """An untrained feature head with a random MLP for a tiny verifier (a drafter that is often wrong)."""
+    generator = torch.Generator().manual_seed(seed)
+    head = FeatureHead(verifier.config.hidden_size, torch.arange(verifier.config.vocab_size))
+    with torch.no_grad():
+        for layer in (head.up, head.down):
+            layer.weight.copy_(torch.randn(layer.weight.shape, generator=generator) * 0.1)
+    head.attach(verifier.lm_head.weight, verifier.get_input_embeddings().weight)
+    return LoadedHeads(head, {"kind": "feature"}, Path("."))
 
 
 def assert_logits_close(actual: torch.Tensor, expected: torch.Tensor, *, ulps: int = 1024) -> None:

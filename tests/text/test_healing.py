@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from transformers import LogitsProcessor, LogitsProcessorList
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from support.tiny_models import noisy_copy, random_heads  # noqa: E402
+from support.tiny_models import noisy_copy, random_feature_head, random_heads  # noqa: E402
 from support.toy_tokenizers import make_tokenizer  # noqa: E402
 
 from engine.decoding.decoder import GenerationConfig, SpeculativeDecoder  # noqa: E402
@@ -225,8 +225,9 @@ def test_healed_decoding_equals_masked_generate(healing_models, prefix, mode, dr
     line_before = prefix.rsplit("\n", 1)[-1]
     constraint = healing_constraint(tok, parts.healed, verifier.config.vocab_size, line_before)
     heads = random_heads(verifier, seed=k) if mode == "medusa" else None
-    drafter = make_drafter(mode, None if mode == "medusa" else drafts[draft], DrafterConfig(max_draft_tokens=k),
-                           verifier=verifier, heads=heads)
+    feature_head = random_feature_head(verifier, seed=k) if mode == "feature" else None
+    drafter = make_drafter(mode, None if mode in ("medusa", "feature") else drafts[draft],
+                           DrafterConfig(max_draft_tokens=k), verifier=verifier, heads=heads, feature_head=feature_head)
     decoder = SpeculativeDecoder(verifier, drafter, tok)
     config = GenerationConfig(max_new_tokens=max_new_tokens, max_draft_tokens=k, constraint=constraint)
     with torch.inference_mode():  # as CompletionEngine runs it (the decoder masks its logits in place)
