@@ -13,6 +13,7 @@ yet (it feeds the prompt's tail), so it goes without a draft.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Sequence
 
 import torch
@@ -45,7 +46,7 @@ class HiddenTap:
         return tap
 
 
-class HiddenStateDrafter:
+class HiddenStateDrafter(ABC):
     """What both drafters share: the hidden state of the last accepted token, lookup beside."""
 
     name = ""
@@ -89,8 +90,9 @@ class HiddenStateDrafter:
         self.pending = tree_draft(tree, self.name)
         return self.pending
 
+    @abstractmethod
     def tree(self, hidden: torch.Tensor, last_token: int, max_tokens: int, beside_lookup: bool) -> TokenTree:
-        raise NotImplementedError
+        """The draft tree from `hidden`, the state that chose `last_token`; smaller beside lookup's candidates."""
 
     def observe(self, draft: Draft, accepted: int) -> None:
         self.accepted = accepted
