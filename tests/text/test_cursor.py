@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-import engine.text.syntax as syntax
 from engine.completion import CompletionEngine, CompletionRequest
 from engine.models.loading import load_model
 from engine.text.cursor import Cursor
@@ -14,20 +13,6 @@ from engine.text.prompt import ContextBudget
 ABOVE = "import os\n\n\ndef first(path):\n    return os.path.basename(path)\n\n\n"
 PREFIX = ABOVE + "def second(path):\n    "
 SUFFIX = "\n\n\ndef third(path):\n    return path\n"
-
-
-@pytest.fixture
-def parsed(monkeypatch) -> list[str]:
-    """Every text tree-sitter parses, in order."""
-    seen: list[str] = []
-    real = syntax.parse
-
-    def spy(language, text):
-        seen.append(text)
-        return real(language, text)
-
-    monkeypatch.setattr(syntax, "parse", spy)
-    return seen
 
 
 def test_the_cursor_knows_its_line_and_its_window():

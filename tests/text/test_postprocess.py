@@ -484,23 +484,14 @@ def unindented(text: str) -> str:
     return "\n".join(line.lstrip(" \t") for line in text.split("\n"))
 
 
-def test_huge_document_is_only_parsed_near_the_cursor(monkeypatch):
-    import engine.text.syntax as syntax
+def test_huge_document_is_only_parsed_near_the_cursor(parsed):
     from engine.text.parse_window import WINDOW_PREFIX_CHARS, WINDOW_SUFFIX_CHARS
 
-    seen: list[int] = []
-    real = syntax.parse
-
-    def spy(language, text):
-        seen.append(len(text))
-        return real(language, text)
-
-    monkeypatch.setattr(syntax, "parse", spy)
     body = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(120_000))  # ~3.5 MB each side
     got = shown("return 1\n\ndef h():\n    pass", prefix=body + "def g():\n    ", suffix="\n\n" + body,
                       language="python", multiline=True, ended=True)
     assert got.text == "return 1"
-    assert seen and max(seen) <= WINDOW_PREFIX_CHARS + WINDOW_SUFFIX_CHARS + 100
+    assert parsed and max(map(len, parsed)) <= WINDOW_PREFIX_CHARS + WINDOW_SUFFIX_CHARS + 100
     assert stop_strings_for(Cursor.at("", "\n\n" + body, "python", True)) == ["\ndef f0(x):\n"]
 
 

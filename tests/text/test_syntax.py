@@ -144,19 +144,11 @@ def test_decide_multiline(prefix, suffix, language, expected):
     assert decide_multiline(prefix, suffix, language) is expected
 
 
-def test_decide_multiline_parses_only_a_window(monkeypatch):
-    seen: list[int] = []
-    real = syntax.parse
-
-    def spy(language, text):
-        seen.append(len(text))
-        return real(language, text)
-
-    monkeypatch.setattr(syntax, "parse", spy)
+def test_decide_multiline_parses_only_a_window(parsed):
     body = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(120_000))  # ~3.5 MB
     assert len(body) > 3_000_000
     assert decide_multiline(body + "def g():", "\n" + body, "python") is True
-    assert seen and max(seen) <= WINDOW_PREFIX_CHARS + WINDOW_SUFFIX_CHARS
+    assert parsed and max(map(len, parsed)) <= WINDOW_PREFIX_CHARS + WINDOW_SUFFIX_CHARS
 
 
 @pytest.mark.parametrize(
