@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from engine.decoding.confidence import Confidence, answer_confidence, default_min_confidence, gate
+from engine.decoding.confidence import Confidence, Held, default_min_confidence, gate, judge
 from engine.decoding.decoder import GenerationConfig, GenerationResult, OnDeadline, SpeculativeDecoder, StopReason
 from engine.decoding.kv import PREFILL_CHUNK
 from engine.decoding.kv_static import cache_factory
@@ -83,6 +83,7 @@ class CompletionResult:
     anchored: bool = False  # the prompt continued an anchor (typed text in the middle)
     confidence: Confidence | None = None  # of the text shown (before the gate); None: nothing to judge
     withheld: str = ""  # why nothing is shown although the model answered (confidence.LOW_CONFIDENCE)
+    held: Held | None = None  # a withheld answer that shows once the user types its start
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -253,7 +254,8 @@ class CompletionEngine:
         With `on_answer`, the budget does not end the decode: the completion so far is
         handed to `on_answer` when the budget is spent, and decoding goes on (until it ends
         or `cancel` is set) so the returned result is longer — the next keystrokes' ghost text.
-        A multi-line answer is handed to `on_answer` again each time it gains a line.
+        A multi-line answer is handed to `on_answer` again each time it gains a line, a
+        single-line one when its line is done (before the next line is decoded as a draft).
         """
         budget_start = request.received_at if request.received_at is not None else time.monotonic()
         cursor = self.cursor(request)
@@ -281,12 +283,13 @@ class CompletionEngine:
             text = after_healed(result.text, prompt.healed)  # what follows the cursor
             shown = postprocess(text, cursor, multiline=multiline, cut_short=result.stop_reason == StopReason.MAX_NEW_TOKENS,
                                 ended=result.stop_reason in (StopReason.EOS, StopReason.STOP_STRING))
+            judged = judge(self.tokenizer, result, shown.text, prompt.healed)
             return gate(CompletionResult(
                 text=shown.text, replace_after=shown.replace_after, raw_text=text,
                 token_ids=result.token_ids, stop_reason=result.stop_reason, multiline=multiline,
                 prompt_tokens=len(prompt.token_ids), stats=copy.deepcopy(result.stats), anchored=prompt.anchored,
-                confidence=answer_confidence(self.tokenizer, result, shown.text, prompt.healed),
-            ), threshold)
+                confidence=judged.confidence() if judged is not None else None,
+            ), threshold, judged)
 
         answered = False
 
@@ -306,7 +309,10 @@ class CompletionEngine:
             # and when the cursor ends its line and the budget has time left, it is shown as well.
             ids = prompt.token_ids + result.token_ids
             if answered or not self._time_for_next_line(cursor, result, deadline):
-                if not answered:
+                # Answered at the deadline: the finished line is worth showing now, not after the look-ahead.
+                if answered:
+                    on_answer(completion)
+                else:
                     answer(completion)
                 ahead = self._look_ahead(ids, config, prompt.token_streams, cancel).token_ids
             else:

@@ -25,7 +25,7 @@ from lsp_server.context import Cursor, build_request, locate, looks_binary
 from lsp_server.scheduler import Scheduler, Superseded
 from lsp_server.settings import Settings, apply_client_settings
 from lsp_server.telemetry import RequestRecord, Telemetry
-from lsp_server.typethrough import Shown, type_through
+from lsp_server.typethrough import Shown, extends, type_through
 from lsp_server.warming import Warmer
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,7 @@ class Unanswered:
     text: str = ""
     replace_after: int = 0
     stop_reason: str = "deadline"
+    held: None = None
 
 
 class CompletionService:
@@ -242,8 +243,7 @@ class CompletionService:
             self.telemetry.count("stale")
             return EMPTY
         if not answered.done():  # an early answer set it already, and decoding on may have extended it
-            self.shown[uri] = Shown(cursor.prefix, cursor.suffix, result.text, result.replace_after,
-                                    complete=result.stop_reason not in ("deadline", "cancelled"))
+            self.shown[uri] = Shown.of(cursor, result, complete=result.stop_reason not in ("deadline", "cancelled"))
         return self.items(document, cursor, result.text, result.replace_after)
 
     def items(self, document, cursor: Cursor, text: str, replace_after: int) -> types.InlineCompletionList:
@@ -283,7 +283,7 @@ class CompletionService:
             self.grew(cursor, partial, is_stale)
             return
         answered.set_result(partial)
-        self.shown[cursor.uri] = Shown(cursor.prefix, cursor.suffix, partial.text, partial.replace_after)
+        self.shown[cursor.uri] = Shown.of(cursor, partial)
         self.record(started, cursor, "model", result=partial)
         self.notify_progress("ready")
 
@@ -291,11 +291,11 @@ class CompletionService:
         """Answered, and decoding on: a multi-line answer gained a line. The first time it shows more
         than was answered, that is worth showing before the rest is decoded (the user may start
         typing before then); the rest follows when the decode ends."""
-        shown = self.shown.get(cursor.uri)
-        if (shown is None or shown.complete or is_stale() or (shown.prefix, shown.suffix) != (cursor.prefix, cursor.suffix)
-                or len(partial.text) <= len(shown.text) or not partial.text.startswith(shown.text)):
+        shown, grown = self.shown.get(cursor.uri), Shown.of(cursor, partial, complete=True)
+        if (shown is None or shown.complete or is_stale() or not extends(shown, grown)
+                or len(grown.visible) <= len(shown.visible)):
             return
-        self.shown[cursor.uri] = Shown(cursor.prefix, cursor.suffix, partial.text, partial.replace_after, complete=True)
+        self.shown[cursor.uri] = grown
         self.notify_ready(cursor)
 
     def finished(self, answered: asyncio.Future, started: float, cursor: Cursor, result, is_stale) -> None:
@@ -308,11 +308,11 @@ class CompletionService:
         # the client, told it is ready, asks again at the spot if the user is still there.
         self.telemetry.count("continued")
         shown = self.shown.get(cursor.uri)
-        if (shown is not None and not is_stale() and (shown.prefix, shown.suffix) == (cursor.prefix, cursor.suffix)
-                and result.text.startswith(shown.text)):
-            complete = result.stop_reason not in ("deadline", "cancelled")  # cancelled: the user moved on
-            self.shown[cursor.uri] = Shown(cursor.prefix, cursor.suffix, result.text, result.replace_after, complete)
-            if complete and len(result.text) > len(shown.text):
+        complete = result.stop_reason not in ("deadline", "cancelled")  # cancelled: the user moved on
+        decoded = Shown.of(cursor, result, complete)
+        if shown is not None and not is_stale() and extends(shown, decoded):
+            self.shown[cursor.uri] = decoded
+            if complete and len(decoded.visible) > len(shown.visible):
                 self.notify_ready(cursor)
         self.maybe_retune()
 

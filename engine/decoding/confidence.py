@@ -12,13 +12,17 @@ tokens that retyped the healed end of the prefix included.
 log-prob), `Confidence.min` the least likely one's. The gate compares one of them, chosen by
 measurement (docs/benchmarks.md, "Confidence gate"), with the user's `minConfidence`: below
 it the answer is withheld — empty, with the reason in the result — and never changed.
+
+A withheld answer is kept with how much of it the user must type first (`show_after`): the
+gate then judges only the tokens still to be accepted. The first token of an answer is
+usually its least sure (which statement starts here?); once the user has typed it, the rest
+may well pass, and is shown as the user types through it (lsp_server/typethrough.py).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 LOW_CONFIDENCE = "low_confidence"  # CompletionResult.withheld: the gate's reason
 # The statistic the gate compares with the threshold ("mean" or "min"): docs/benchmarks.md.
@@ -60,35 +64,73 @@ def shown_chars(raw: str, shown: str) -> int:
     return len(raw)
 
 
-def answer_confidence(tokenizer, result, shown: str, healed: str = "") -> Confidence | None:
-    """The confidence of `shown`, post-processed from `result` (a GenerationResult whose text
-    starts with the `healed` characters): None when nothing is shown or there are no log-probs."""
+@dataclass(frozen=True)
+class Held:
+    """A withheld answer that may show once the user has typed its first `show_after` characters."""
+
+    text: str
+    replace_after: int
+    show_after: int
+
+
+@dataclass(frozen=True)
+class Judged:
+    """The tokens behind a shown text, for the gate: where each starts in the text that follows
+    the cursor (negative: it retypes the healed end of the prefix) and its log-probability."""
+
+    starts: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    typed_alike: int  # leading characters the raw output and the shown text have in common
+
+    def confidence(self, typed: int | None = None) -> Confidence | None:
+        """Of the tokens starting at or after `typed` characters (None: all of them)."""
+        rest = [lp for start, lp in zip(self.starts, self.logprobs) if typed is None or start >= typed]
+        if not rest:
+            return None
+        return Confidence(math.exp(sum(rest) / len(rest)), math.exp(min(rest)), len(rest))
+
+    def show_after(self, min_confidence: float, shown_length: int, statistic: str = GATE_STATISTIC) -> int | None:
+        """The fewest characters the user must type, at a token's start, before the tokens still
+        to come pass the gate and leave something to show; None when no such point exists."""
+        for start in self.starts:
+            if 0 < start < min(shown_length, self.typed_alike + 1):
+                rest = self.confidence(start)
+                if rest is not None and rest.gated_value(statistic) >= min_confidence:
+                    return start
+        return None
+
+
+def judge(tokenizer, result, shown: str, healed: str = "") -> Judged | None:
+    """The tokens of `result` (a GenerationResult whose text starts with the `healed`
+    characters) that made `shown`, post-processed from it: None when nothing is shown or there
+    are no log-probs."""
     if not shown or not result.logprobs:
         return None
-    return token_confidence(tokenizer, result.token_ids, result.logprobs,
-                            len(healed) + shown_chars(result.text[len(healed):], shown))
-
-
-def token_confidence(tokenizer, token_ids: Sequence[int], logprobs: Sequence[float], covered: int) -> Confidence | None:
-    """The confidence of the tokens whose text starts within the first `covered` characters of
-    their decoded output (None when there are none)."""
-    judged: list[float] = []
-    for i, logprob in enumerate(logprobs[: len(token_ids)]):
-        start = len(tokenizer.decode(token_ids[:i], skip_special_tokens=True)) if i else 0
+    raw = result.text[len(healed):]
+    covered = len(healed) + shown_chars(raw, shown)
+    starts, logprobs = [], []
+    for i, logprob in enumerate(result.logprobs[: len(result.token_ids)]):
+        start = len(tokenizer.decode(result.token_ids[:i], skip_special_tokens=True)) if i else 0
         if start >= covered:
             break
-        judged.append(logprob)
-    if not judged:
+        starts.append(start - len(healed))
+        logprobs.append(logprob)
+    if not starts:
         return None
-    return Confidence(math.exp(sum(judged) / len(judged)), math.exp(min(judged)), len(judged))
+    alike = next((i for i, (a, b) in enumerate(zip(raw, shown)) if a != b), min(len(raw), len(shown)))
+    return Judged(tuple(starts), tuple(logprobs), alike)
 
 
-def gate(completion, min_confidence: float, statistic: str = GATE_STATISTIC):
+def gate(completion, min_confidence: float, judged: Judged | None = None, statistic: str = GATE_STATISTIC):
     """The completion, or — when its confidence is below `min_confidence` — the same result with
-    nothing shown and `withheld` saying why. 0 turns the gate off; no confidence passes."""
+    nothing shown, `withheld` saying why, and the text kept with the characters to type before
+    the rest may show (`judged`: its tokens). 0 turns the gate off; no confidence passes."""
     confidence = completion.confidence
     if min_confidence <= 0 or not completion.text or confidence is None:
         return completion
     if confidence.gated_value(statistic) >= min_confidence:
         return completion
-    return replace(completion, text="", replace_after=0, withheld=LOW_CONFIDENCE)
+    show_after = judged.show_after(min_confidence, len(completion.text), statistic) if judged is not None else None
+    held = Held(completion.text, completion.replace_after, show_after) if show_after is not None else None
+    return replace(completion, text="", replace_after=0, withheld=LOW_CONFIDENCE, held=held)
+

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 
 import pytest
 import torch
 
 from engine.completion import CompletionEngine, CompletionRequest
-from engine.decoding.confidence import LOW_CONFIDENCE, Confidence, shown_chars, token_confidence
+from engine.decoding.confidence import LOW_CONFIDENCE, Confidence, Judged, gate, judge, shown_chars
 from engine.decoding.decoder import GenerationConfig, SpeculativeDecoder
 from engine.drafters import DrafterConfig, make_drafter
 from engine.models.loading import load_model
@@ -60,14 +61,62 @@ class CharTokenizer:
         return "".join(chr(i) for i in ids)
 
 
+@dataclass
+class Decoded:
+    """What judge() reads of a GenerationResult."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+
+
+def decoded(text: str, probabilities: list[float]) -> Decoded:
+    return Decoded(text, [ord(c) for c in text], [math.log(p) for p in probabilities])
+
+
 def test_confidence_counts_the_tokens_of_the_text_shown():
-    ids = [ord(c) for c in "ab\ncd"]
-    logprobs = [math.log(0.9), math.log(0.5), math.log(0.01), math.log(0.01), math.log(0.01)]
-    confidence = token_confidence(CharTokenizer(), ids, logprobs, covered=2)  # "ab" shown, the rest cut
+    result = decoded("ab\ncd", [0.9, 0.5, 0.01, 0.01, 0.01])
+    confidence = judge(CharTokenizer(), result, "ab").confidence()  # "ab" shown, the rest cut
     assert confidence.tokens == 2
     assert confidence.mean == pytest.approx(math.sqrt(0.9 * 0.5))
     assert confidence.min == pytest.approx(0.5)
-    assert token_confidence(CharTokenizer(), ids, logprobs, covered=5).min == pytest.approx(0.01)
+    assert judge(CharTokenizer(), result, "ab\ncd").confidence().min == pytest.approx(0.01)
+    assert judge(CharTokenizer(), result, "") is None
+
+
+def test_the_healed_characters_count_but_are_not_the_users_to_type():
+    # "x" retypes the end of the prefix; the shown text is what follows it.
+    judged = judge(CharTokenizer(), decoded("xabc", [0.2, 0.3, 0.9, 0.9]), "abc", healed="x")
+    assert judged.starts == (-1, 0, 1, 2) and judged.confidence().tokens == 4
+    assert judged.confidence(1).mean == pytest.approx(0.9)
+
+
+def test_a_withheld_answer_shows_after_its_unsure_start_is_typed():
+    tokenizer = CharTokenizer()
+    result = decoded("for x in y:", [0.01] + [0.8] * 10)
+    judged = judge(tokenizer, result, result.text)
+    assert judged.confidence().mean < 0.6  # the start drags the whole below the gate
+    assert judged.show_after(0.6, len(result.text)) == 1  # typed "f", the rest is sure
+    assert judged.show_after(0.95, len(result.text)) is None  # nothing left would pass
+    assert Judged((0, 1), (math.log(0.1), math.log(0.9)), typed_alike=0).show_after(0.6, 2) is None  # the shown text differs at once
+    # The gate keeps the text and where it may show; the answer itself shows nothing.
+    completion = Gated("for x in y:", 2, judged.confidence())
+    withheld = gate(completion, 0.6, judged)
+    assert (withheld.text, withheld.replace_after, withheld.withheld) == ("", 0, LOW_CONFIDENCE)
+    assert (withheld.held.text, withheld.held.replace_after, withheld.held.show_after) == ("for x in y:", 2, 1)
+    assert gate(completion, 0.95, judged).held is None
+    assert gate(completion, 0.3, judged) is completion
+
+
+@dataclass(frozen=True)
+class Gated:
+    """The fields of a CompletionResult the gate reads and replaces."""
+
+    text: str
+    replace_after: int
+    confidence: Confidence
+    withheld: str = ""
+    held: object = None
 
 
 @pytest.fixture(scope="module")

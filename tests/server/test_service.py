@@ -100,6 +100,35 @@ async def test_typing_through_the_shown_completion_needs_no_model(service, edito
     assert service.stats()["counts"]["model"] == 2
 
 
+async def test_the_service_keeps_a_withheld_answer_and_shows_it_as_its_start_is_typed(editor, tiny_model_dir):
+    """A threshold between the answer's confidence and that of what follows its first tokens."""
+    text = "def mul(a, b):\n    return \n"
+    service = make_service(editor, verifier=str(tiny_model_dir), min_confidence=0.0, max_new_tokens=12)
+    await service.load_models()
+    try:
+        editor.open(URI, text)
+        [item] = await complete(service, editor, URI, 1, 11)
+        mean = service.stats()["recent"][-1]["confidence"]
+        for factor in (1.02, 1.1, 1.25, 1.5, 2, 3, 4, 6, 8, 12):
+            service.configure({"minConfidence": min(mean * factor, 1.0)})
+            answer = await complete(service, editor, URI, 1, 11)
+            held = service.shown[URI]
+            if not answer and held.show_after:
+                break
+        else:
+            pytest.fail(f"no threshold over {mean:.4f} withholds {item.insert_text!r} with a point to show it from")
+        assert held.text == item.insert_text and 0 < held.show_after < len(held.text)
+        assert service.stats()["recent"][-1]["withheld"] == "low_confidence"
+        # Its unsure start typed, the rest shows without the model.
+        models = service.stats()["counts"]["model"]
+        editor.type(URI, 1, 11, held.text[: held.show_after])
+        [rest] = await complete(service, editor, URI, 1, 11 + held.show_after)
+        assert rest.insert_text == held.text[held.show_after:]
+        assert service.stats()["counts"]["model"] == models
+    finally:
+        service.shutdown()
+
+
 async def test_closing_a_document_forgets_its_shown_completion(service, editor):
     editor.open(URI, TEXT)
     [item] = await complete(service, editor, URI, 1, 11)
