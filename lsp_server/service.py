@@ -13,7 +13,7 @@ import itertools
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from lsprotocol import types
@@ -288,14 +288,18 @@ class CompletionService:
         self.notify_progress("ready")
 
     def grew(self, cursor: Cursor, partial, is_stale) -> None:
-        """Answered, and decoding on: a multi-line answer gained a line. The first time it shows more
-        than was answered, that is worth showing before the rest is decoded (the user may start
-        typing before then); the rest follows when the decode ends."""
-        shown, grown = self.shown.get(cursor.uri), Shown.of(cursor, partial, complete=True)
+        """Answered, and decoding on: the answer gained a line (a single-line one: its line is done).
+        The first time it shows more than was answered, that is worth showing before the rest is
+        decoded (the user may start typing before then); the rest follows when the decode ends.
+        One the gate withheld is kept to type through, without a notification."""
+        shown, grown = self.shown.get(cursor.uri), Shown.of(cursor, partial)
         if (shown is None or shown.complete or is_stale() or not extends(shown, grown)
-                or len(grown.visible) <= len(shown.visible)):
+                or len(grown.text) <= len(shown.text)):
             return
-        self.shown[cursor.uri] = grown
+        if not grown.visible:  # withheld: kept for typing through its start, nothing to show yet
+            self.shown[cursor.uri] = grown
+            return
+        self.shown[cursor.uri] = replace(grown, complete=True)  # a re-ask at the spot needs no model
         self.notify_ready(cursor)
 
     def finished(self, answered: asyncio.Future, started: float, cursor: Cursor, result, is_stale) -> None:

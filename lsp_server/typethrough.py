@@ -43,7 +43,7 @@ def extends(old: Shown, new: Shown) -> bool:
     """A later answer at the same spot may replace the one kept: it goes on from its text and
     does not hide what was on screen."""
     return ((new.prefix, new.suffix) == (old.prefix, old.suffix) and new.text.startswith(old.text)
-            and (new.show_after == 0 or old.show_after > 0))
+            and (new.show_after == 0 or not old.visible))
 
 
 def type_through(shown: Shown | None, cursor: Cursor) -> Shown | None:

@@ -30,5 +30,6 @@ def test_a_later_answer_replaces_the_kept_one_only_if_it_hides_nothing_that_was_
     assert extends(shown, Shown("a", "b", "foo(bar)", 0))
     assert not extends(shown, held_longer)  # the gate doubts the longer one: keep what was on screen
     assert extends(Shown("a", "b", "foo", 0, show_after=2), held_longer)
+    assert extends(Shown("a", "b", "", 0), held_longer)  # nothing was on screen
     assert extends(held_longer, Shown("a", "b", "foo(bar)", 0, complete=True))
     assert not extends(shown, Shown("a", "b", "fob", 0)) and not extends(shown, Shown("ab", "b", "foo(", 0))
