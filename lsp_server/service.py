@@ -22,10 +22,11 @@ from engine.backends.base import Health
 from engine.errors import QuickdraftError
 from lsp_server.backends import describe_choice, open_backend
 from lsp_server.context import Cursor, build_request, locate, looks_binary
+from lsp_server.following import DecodeOn
 from lsp_server.scheduler import Scheduler, Superseded
 from lsp_server.settings import Settings, apply_client_settings
 from lsp_server.telemetry import RequestRecord, Telemetry
-from lsp_server.typethrough import Shown, extends, type_through
+from lsp_server.typethrough import Shown, type_through
 from lsp_server.warming import Warmer
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class CompletionService:
         self.state = "starting"  # starting | loading | ready | error
         self.error = ""
         self.shown: dict[str, Shown] = {}
+        self.decode_on: dict[str, DecodeOn] = {}  # per document: the decode going on after an answer
         self._ids = itertools.count(1)
         self._load_task: asyncio.Task | None = None
         self.warmer = Warmer(self)
@@ -167,36 +169,42 @@ class CompletionService:
             self.telemetry.count("empty")
             return EMPTY
 
-        typed_through = type_through(self.shown.get(cursor.uri), cursor)
-        self.warmer.did_request(workspace, uri, cursor.position, model=typed_through is None)
-        if typed_through is not None:
-            source = "kept" if typed_through.prefix == cursor.prefix else "typethrough"
-            self.record(started, cursor, source, text=typed_through.text)
-            return self.items(document, cursor, typed_through.text, typed_through.replace_after)
-
-        request = build_request(cursor, self.settings, workspace, received_at=started)
         version = cursor.version
-        backend = self.backend
 
         def is_stale() -> bool:
             current = workspace.text_documents.get(uri)
             return current is None or current.version != version
 
+        typed_through = type_through(self.shown.get(cursor.uri), cursor)
+        decode_on = self.decode_on.get(uri)
+        follows = typed_through is None and decode_on is not None and decode_on.leads_to(cursor)
+        self.warmer.did_request(workspace, uri, cursor.position, model=typed_through is None and not follows)
+        if typed_through is not None:
+            source = "kept" if typed_through.prefix == cursor.prefix else "typethrough"
+            self.record(started, cursor, source, text=typed_through.text)
+            return self.items(document, cursor, typed_through.text, typed_through.replace_after)
+        if follows:
+            return await self.follow(decode_on, document, cursor, started, is_stale)
+
+        request = build_request(cursor, self.settings, workspace, received_at=started)
+        backend = self.backend
+
         loop = asyncio.get_running_loop()
         self.notify_progress("busy")
         answered: asyncio.Future = loop.create_future()
         cancel = threading.Event()
+        decode_on = DecodeOn(cursor.prefix, cursor.suffix, cancel)
 
         def answer_early(partial) -> None:
             """The budget is spent: answer with what is verified; decoding goes on in the background."""
             self.scheduler.demote(cancel)
-            loop.call_soon_threadsafe(self.answer, answered, started, cursor, partial, is_stale)
+            loop.call_soon_threadsafe(self.answer, answered, started, cursor, partial, is_stale, decode_on)
 
         def job(cancel):
             job_started.set()
-            result = backend.complete(request, cancel=cancel, on_answer=answer_early)
+            result = backend.complete(request, cancel=cancel, on_text=decode_on.stream, on_answer=answer_early)
             # Recorded from here, so runs cut short by $/cancelRequest are counted too.
-            loop.call_soon_threadsafe(self.finished, answered, started, cursor, result, is_stale)
+            loop.call_soon_threadsafe(self.finished, answered, started, cursor, result, is_stale, decode_on)
             return result
 
         run = asyncio.ensure_future(self.scheduler.run(uri, job, is_stale=is_stale, cancel=cancel,
@@ -278,31 +286,64 @@ class CompletionService:
             record.confidence = confidence.gated_value() if confidence is not None else None
         self.telemetry.record(record)
 
-    def answer(self, answered: asyncio.Future, started: float, cursor: Cursor, partial, is_stale) -> None:
+    def answer(self, answered: asyncio.Future, started: float, cursor: Cursor, partial, is_stale,
+               decode_on: DecodeOn) -> None:
         if answered.done():
-            self.grew(cursor, partial, is_stale)
+            self.grew(cursor, partial, is_stale, decode_on)
             return
         answered.set_result(partial)
-        self.shown[cursor.uri] = Shown.of(cursor, partial)
+        self.shown[cursor.uri] = decode_on.on_screen = Shown.of(cursor, partial)
+        self.decode_on[cursor.uri] = decode_on  # what the user types next may follow it
         self.record(started, cursor, "model", result=partial)
         self.notify_progress("ready")
 
-    def grew(self, cursor: Cursor, partial, is_stale) -> None:
+    async def follow(self, decode_on: DecodeOn, document, cursor: Cursor, started: float, is_stale) -> types.InlineCompletionList:
+        """The user typed what the decode going on is writing: wait for it, within the budget,
+        rather than cancel it and start over (lsp_server/following.py)."""
+        until = started + self.settings.budget_ms / 1000 - LOOP_ANSWER_MARGIN_S
+        while (kept := type_through(self.shown.get(cursor.uri), cursor)) is None:
+            if not await decode_on.wait(until):
+                if not decode_on.done:
+                    decode_on.waiting = (cursor, is_stale)
+                self.record(started, cursor, "followed")
+                return EMPTY
+        self.record(started, cursor, "followed", text=kept.text)
+        return self.items(document, cursor, kept.text, kept.replace_after)
+
+    def tell_followers(self, decode_on: DecodeOn) -> None:
+        """The kept answer changed: followers waiting look again, and one that answered empty is
+        told if its ghost text is there now."""
+        decode_on.grew()
+        if decode_on.waiting is None:
+            return
+        cursor, is_stale = decode_on.waiting
+        if is_stale():
+            decode_on.waiting = None
+        elif type_through(self.shown.get(cursor.uri), cursor) is not None:
+            decode_on.waiting = None
+            self.notify_ready(cursor)
+
+    def grew(self, cursor: Cursor, partial, is_stale, decode_on: DecodeOn) -> None:
         """Answered, and decoding on: the answer gained a line (a single-line one: its line is done).
         The first time it shows more than was answered, that is worth showing before the rest is
         decoded (the user may start typing before then); the rest follows when the decode ends.
         One the gate withheld is kept to type through, without a notification."""
-        shown, grown = self.shown.get(cursor.uri), Shown.of(cursor, partial)
-        if (shown is None or shown.complete or is_stale() or not extends(shown, grown)
-                or len(grown.text) <= len(shown.text)):
+        kept, grown = self.shown.get(cursor.uri), Shown.of(cursor, partial)
+        if not decode_on.takes(kept, grown) or len(grown.text) <= len(kept.text):
             return
-        if not grown.visible:  # withheld: kept for typing through its start, nothing to show yet
-            self.shown[cursor.uri] = grown
-            return
-        self.shown[cursor.uri] = replace(grown, complete=True)  # a re-ask at the spot needs no model
-        self.notify_ready(cursor)
+        # Kept even when the user typed on (typing through checks it against the text); one the
+        # gate withheld is kept for typing through its start, with nothing to show yet.
+        grown = self.shown[cursor.uri] = replace(grown, complete=bool(grown.visible))  # complete: a re-ask needs no model
+        if grown.visible and not decode_on.on_screen.visible and not is_stale():
+            decode_on.on_screen = grown
+            self.notify_ready(cursor)
+        self.tell_followers(decode_on)
 
-    def finished(self, answered: asyncio.Future, started: float, cursor: Cursor, result, is_stale) -> None:
+    def finished(self, answered: asyncio.Future, started: float, cursor: Cursor, result, is_stale,
+                 decode_on: DecodeOn) -> None:
+        decode_on.done = True
+        if self.decode_on.get(cursor.uri) is decode_on:
+            del self.decode_on[cursor.uri]
         if not answered.done():
             self.record(started, cursor, "model", result=result)
             self.maybe_retune()
@@ -311,13 +352,13 @@ class CompletionService:
         # Answered at the budget and decoded on: the longer text serves the next keystrokes, and
         # the client, told it is ready, asks again at the spot if the user is still there.
         self.telemetry.count("continued")
-        shown = self.shown.get(cursor.uri)
         complete = result.stop_reason not in ("deadline", "cancelled")  # cancelled: the user moved on
         decoded = Shown.of(cursor, result, complete)
-        if shown is not None and not is_stale() and extends(shown, decoded):
+        if decode_on.takes(self.shown.get(cursor.uri), decoded):
             self.shown[cursor.uri] = decoded
-            if complete and len(decoded.visible) > len(shown.visible):
+            if complete and len(decoded.visible) > len(decode_on.on_screen.visible) and not is_stale():
                 self.notify_ready(cursor)
+        self.tell_followers(decode_on)
         self.maybe_retune()
 
     def notify_ready(self, cursor: Cursor) -> None:
@@ -352,6 +393,7 @@ class CompletionService:
     # -- what the editor tells us -----------------------------------------------------
     def document_closed(self, uri: str) -> None:
         self.shown.pop(uri, None)
+        self.decode_on.pop(uri, None)
         self.scheduler.cancel(uri)  # its request, or the decoding going on after its answer
 
     def item_shown(self, item_id: str) -> None:

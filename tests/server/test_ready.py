@@ -60,14 +60,18 @@ def texts(items) -> list[str]:
 
 
 class Gate:
-    """Holds the engine's worker at the first decoder layer of its next forward until released."""
+    """Holds the engine's worker at the first decoder layer of its next forward (once `when()`
+    holds, if given) until released."""
 
-    def __init__(self, engine) -> None:
+    def __init__(self, engine, when=None) -> None:
         self.entered, self.released = threading.Event(), threading.Event()
         self.forwards = 0  # forwards that reached the first layer
+        self.when = when
         self.handle = engine.verifier.model.model.layers[0].register_forward_pre_hook(self.hold)
 
     def hold(self, module, args) -> None:
+        if self.when is not None and not self.when():
+            return
         self.forwards += 1
         self.entered.set()
         if not self.released.wait(60):
@@ -188,7 +192,7 @@ async def test_a_cold_file_is_answered_in_time_then_ready_with_the_late_answers_
     assert quick.telemetry.counts["kept"] == 1
 
 
-async def test_no_ready_for_a_version_that_changed_and_the_new_version_runs_the_model(services):
+async def test_no_ready_for_a_version_that_changed_and_a_new_version_unlike_it_runs_the_model(services):
     (quick, editor), (patient, patient_editor) = services
     results, gate = await answered_empty_then_held(quick, editor)
     try:
@@ -201,7 +205,8 @@ async def test_no_ready_for_a_version_that_changed_and_the_new_version_runs_the_
     [decoded] = results.results
     assert decoded.stop_reason not in ("deadline", "cancelled") and decoded.text
     assert ready(editor) == [] and quick.telemetry.counts.get("ready", 0) == 0
-    assert not quick.shown[URI].text  # the empty answer stays: nothing of the old version is served
+    # Kept at the answer's spot: typing through checks it against the text, and "a" is not what it says.
+    assert quick.shown[URI].text == decoded.text and not decoded.text.startswith("a")
 
     # The re-ask at the new version is a model request like any other, with the patient one's text.
     be_patient(quick)
@@ -212,6 +217,35 @@ async def test_no_ready_for_a_version_that_changed_and_the_new_version_runs_the_
     assert (record.source, record.id) == ("model", "2") and record.stop_reason not in ("deadline", "cancelled")
     assert quick.telemetry.counts["model"] == models_before + 1
     assert texts(again) == expected
+
+
+async def test_typing_what_the_decode_writes_follows_it_instead_of_cancelling_it(services):
+    (quick, editor), (patient, patient_editor) = services
+    [expected] = await patient_answer(patient, patient_editor, URI, LINE, CHARACTER)
+    assert len(expected) > 3
+    results = Results(quick.engine)
+    written = lambda: getattr(quick.decode_on.get(URI), "text", "")  # noqa: E731
+    gate = Gate(quick.engine, when=lambda: len(written()) >= 2)
+    editor.open(URI, TEXT)
+    try:
+        assert await complete(quick, editor, URI, LINE, CHARACTER) == []  # in time, nothing verified yet
+        await until(gate.entered.is_set, "the background decode to have written two characters")
+        typed = expected[:2]
+        assert written().startswith(typed)
+        editor.type(URI, LINE, CHARACTER, typed)  # the user types what it writes
+        models = quick.telemetry.counts["model"]
+        assert await complete(quick, editor, URI, LINE, CHARACTER + 2) == []  # 1 ms: empty, but following it
+        assert quick.telemetry.recent[-1].source == "followed" and quick.telemetry.counts["model"] == models
+        gate.released.set()
+        await until(lambda: quick.telemetry.counts.get("continued"), "the background decode to end")
+    finally:
+        gate.remove()
+    [decoded] = results.results  # one engine run: the follower did not cancel it and start over
+    assert decoded.stop_reason not in ("deadline", "cancelled")
+    assert ready(editor)[-1] == ready_params(URI, 2, LINE, CHARACTER + 2)  # told at the follower's spot
+    again = await complete(quick, editor, URI, LINE, CHARACTER + 2)
+    assert texts(again) == [expected[2:]]  # fp32: the rest of the very text a patient request gets
+    assert quick.telemetry.recent[-1].source == "typethrough" and quick.telemetry.counts["model"] == models
 
 
 async def test_closing_the_document_cancels_its_background_decode(services):
