@@ -17,6 +17,8 @@ from engine.completion import CompletionRequest
 from engine.modes import multiline_flag
 from lsp_server.settings import Settings
 
+ACCEPT_COMMAND = "quickdraft.accepted"  # an item's command: the user took it
+
 MAX_OTHER_DOCUMENTS = 12
 MAX_OTHER_DOCUMENT_CHARS = 200_000  # larger open files are not worth a prompt slot
 BINARY_PROBE_CHARS = 16_384
@@ -114,3 +116,15 @@ def build_request(cursor: Cursor, settings: Settings, workspace, received_at: fl
         received_at=received_at,
         min_confidence=settings.min_confidence,
     )
+
+
+def inline_items(document, cursor: Cursor, text: str, replace_after: int, item_id: str) -> types.InlineCompletionList:
+    """The LSP answer: one item inserting `text` at the cursor over `replace_after` characters
+    after it, whose command tells the server it was accepted."""
+    end = document.client_position_at_offset(cursor.offset + replace_after) if replace_after else cursor.position
+    item = types.InlineCompletionItem(
+        insert_text=text,
+        range=types.Range(start=cursor.position, end=end),
+        command=types.Command(title="quickdraft: accepted", command=ACCEPT_COMMAND, arguments=[{"id": item_id}]),
+    )
+    return types.InlineCompletionList(items=[item])

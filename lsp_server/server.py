@@ -10,7 +10,8 @@ from pygls.lsp.server import LanguageServer
 from lsp_server.documents import canonical_uri
 from lsp_server.plain_data import plain_data
 from lsp_server.protocol import Protocol
-from lsp_server.service import ACCEPT_COMMAND, CompletionService
+from lsp_server.context import ACCEPT_COMMAND
+from lsp_server.service import CompletionService
 from lsp_server.settings import Settings, apply_client_settings
 from lsp_server.warming import CURSOR_NOTIFICATION
 

@@ -21,7 +21,7 @@ from lsprotocol import types
 from engine.backends.base import Health
 from engine.errors import QuickdraftError
 from lsp_server.backends import describe_choice, open_backend
-from lsp_server.context import Cursor, build_request, locate, looks_binary
+from lsp_server.context import Cursor, build_request, inline_items, locate, looks_binary
 from lsp_server.following import DecodeOn
 from lsp_server.scheduler import Scheduler, Superseded
 from lsp_server.settings import Settings, apply_client_settings
@@ -31,7 +31,6 @@ from lsp_server.warming import Warmer
 
 log = logging.getLogger(__name__)
 
-ACCEPT_COMMAND = "quickdraft.accepted"
 READY_NOTIFICATION = "quickdraft/completionReady"
 EMPTY = types.InlineCompletionList(items=[])
 # A request the backend has not answered this long before its budget ends is answered empty
@@ -255,35 +254,15 @@ class CompletionService:
         return self.items(document, cursor, result.text, result.replace_after)
 
     def items(self, document, cursor: Cursor, text: str, replace_after: int) -> types.InlineCompletionList:
-        if not text:
-            return EMPTY
-        item_id = f"qd-{next(self._ids)}"
-        end = document.client_position_at_offset(cursor.offset + replace_after) if replace_after else cursor.position
-        item = types.InlineCompletionItem(
-            insert_text=text,
-            range=types.Range(start=cursor.position, end=end),
-            command=types.Command(title="quickdraft: accepted", command=ACCEPT_COMMAND, arguments=[{"id": item_id}]),
-        )
-        return types.InlineCompletionList(items=[item])
+        return inline_items(document, cursor, text, replace_after, f"qd-{next(self._ids)}") if text else EMPTY
 
     def record(self, started: float, cursor: Cursor, source: str, *, result=None, text: str = "") -> None:
         record = RequestRecord(
             id=str(cursor.version), uri=cursor.uri, source=source,
             latency_ms=(time.monotonic() - started) * 1000, budget_ms=self.settings.budget_ms, text_chars=len(text),
         )
-        if isinstance(result, Unanswered):
-            record.stop_reason = result.stop_reason
-        elif result is not None:
-            stats = result.stats
-            record.stop_reason = result.stop_reason
-            record.prompt_tokens, record.prefill_tokens = stats.prompt_tokens, stats.prefill_tokens
-            record.reused_tokens, record.emitted = stats.reused_tokens, stats.emitted
-            record.verifier_passes, record.drafted, record.accepted = stats.verifier_passes, stats.drafted, stats.accepted
-            record.tau = stats.tau
-            record.drafters = {name: vars(figures).copy() for name, figures in stats.drafters.items()}
-            record.text_chars = len(result.text)
-            record.withheld, confidence = result.withheld, result.confidence  # the confidence gate's verdict
-            record.confidence = confidence.gated_value() if confidence is not None else None
+        if result is not None:
+            record.add_result(result)
         self.telemetry.record(record)
 
     def answer(self, answered: asyncio.Future, started: float, cursor: Cursor, partial, is_stale,
@@ -325,14 +304,12 @@ class CompletionService:
 
     def grew(self, cursor: Cursor, partial, is_stale, decode_on: DecodeOn) -> None:
         """Answered, and decoding on: the answer gained a line (a single-line one: its line is done).
-        The first time it shows more than was answered, that is worth showing before the rest is
-        decoded (the user may start typing before then); the rest follows when the decode ends.
-        One the gate withheld is kept to type through, without a notification."""
+        Shown more than was answered, it is worth telling before the rest is decoded (the user may
+        type before then); one the gate withheld is kept to type through, untold."""
         kept, grown = self.shown.get(cursor.uri), Shown.of(cursor, partial)
         if not decode_on.takes(kept, grown) or len(grown.text) <= len(kept.text):
             return
-        # Kept even when the user typed on (typing through checks it against the text); one the
-        # gate withheld is kept for typing through its start, with nothing to show yet.
+        # Kept even when the user typed on: typing through checks it against the text.
         grown = self.shown[cursor.uri] = replace(grown, complete=bool(grown.visible))  # complete: a re-ask needs no model
         if grown.visible and not decode_on.on_screen.visible and not is_stale():
             decode_on.on_screen = grown

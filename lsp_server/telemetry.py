@@ -28,7 +28,7 @@ MAX_ITEM_ID_CHARS = 64
 class RequestRecord:
     id: str
     uri: str
-    source: str  # model | typethrough | empty
+    source: str  # model | typethrough | kept | followed | empty
     latency_ms: float
     budget_ms: float
     stop_reason: str = ""
@@ -48,6 +48,21 @@ class RequestRecord:
     @property
     def within_budget(self) -> bool:
         return self.latency_ms <= self.budget_ms
+
+    def add_result(self, result) -> None:
+        """The figures of the backend's answer (a CompletionResult, or the loop's empty one with a stop reason only)."""
+        self.stop_reason = result.stop_reason
+        stats = getattr(result, "stats", None)
+        if stats is None:
+            return
+        self.prompt_tokens, self.prefill_tokens = stats.prompt_tokens, stats.prefill_tokens
+        self.reused_tokens, self.emitted = stats.reused_tokens, stats.emitted
+        self.verifier_passes, self.drafted, self.accepted = stats.verifier_passes, stats.drafted, stats.accepted
+        self.tau = stats.tau
+        self.drafters = {name: vars(figures).copy() for name, figures in stats.drafters.items()}
+        self.text_chars = len(result.text)
+        self.withheld, confidence = result.withheld, result.confidence  # the confidence gate's verdict
+        self.confidence = confidence.gated_value() if confidence is not None else None
 
 
 class RecentItems:
