@@ -42,11 +42,12 @@ class DecodeOn:
 
     def leads_to(self, cursor: Cursor) -> bool:
         """The user typed on from the answer's spot, and what they typed is what this decode
-        wrote (it is ahead), or the start of its line so far (it is catching up)."""
+        wrote (it is ahead), or the start of its line so far (it is catching up), or it has
+        written nothing yet (still reading the prompt: a new request would read the same)."""
         if self.done or self.cancel.is_set() or cursor.suffix != self.suffix or not cursor.prefix.startswith(self.prefix):
             return False
         typed, text = cursor.prefix[len(self.prefix):], self.text
-        if not typed or not text:
+        if not typed:
             return False
         if len(typed) < len(text):
             return text.startswith(typed)
