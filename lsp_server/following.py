@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from lsp_server.context import Cursor
-from lsp_server.typethrough import Shown, extends
+from lsp_server.typethrough import Shown, extends, type_through
 
 
 @dataclass
@@ -59,10 +59,19 @@ class DecodeOn:
         return (kept is not None and self.on_screen is not None and (kept.prefix, kept.suffix) == (new.prefix, new.suffix)
                 and extends(self.on_screen, new))
 
-    def grew(self) -> None:
-        """The kept answer changed, or the decode ended: followers look again."""
+    def grew(self, kept: Shown | None, notify_ready: Callable[[Cursor], None]) -> None:
+        """The kept answer changed, or the decode ended: followers waiting look again, and one
+        that answered empty is told if its ghost text is there now."""
         self.changed.set()
         self.changed = asyncio.Event()
+        if self.waiting is None:
+            return
+        cursor, is_stale = self.waiting
+        if is_stale():
+            self.waiting = None
+        elif type_through(kept, cursor) is not None:
+            self.waiting = None
+            notify_ready(cursor)
 
     async def wait(self, until: float) -> bool:
         """Until the kept answer changes (True) or `until`, loop time, passes or the decode has ended (False)."""

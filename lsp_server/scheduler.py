@@ -6,7 +6,8 @@ queued) through the engine's cancel flag, which the engine checks between decode
 layers; a queued job whose document has moved on never starts.
 
 Background work — warming a cache before the user asks, decoding on after an answer
-was sent — runs at low priority: any new request cancels all of it at once, so it
+was sent — runs at low priority: any new request cancels all of it at once, and a job
+that turns background while a request is queued behind it stops, so background work
 never delays a real request by more than one layer's time.
 """
 
@@ -29,6 +30,7 @@ class Scheduler:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quickdraft-engine")
         self._latest: dict[str, threading.Event] = {}
         self._background: set[threading.Event] = set()
+        self._queued: set[threading.Event] = set()  # foreground jobs submitted and not started yet
 
     async def run(self, key: str, job: Callable[[threading.Event], T], *, is_stale: Callable[[], bool] = lambda: False,
                   background: bool = False, cancel: threading.Event | None = None,
@@ -51,8 +53,10 @@ class Scheduler:
             self._background.add(cancel)
         else:
             self.cancel_background(but=joins)
+            self._queued.add(cancel)
 
         def work() -> T:
+            self._queued.discard(cancel)
             if cancel.is_set() or is_stale():
                 raise Superseded()
             return job(cancel)
@@ -64,13 +68,18 @@ class Scheduler:
             cancel.set()
             raise
         finally:
+            self._queued.discard(cancel)
             self._background.discard(cancel)
             if self._latest.get(key) is cancel:
                 del self._latest[key]
 
     def demote(self, cancel: threading.Event) -> None:
-        """The job holding `cancel` has answered and goes on in the background."""
-        self._background.add(cancel)
+        """The job holding `cancel` has answered and goes on in the background, unless a request
+        queued behind it is waiting for the worker: then it stops."""
+        if self._queued - {cancel}:
+            cancel.set()
+        else:
+            self._background.add(cancel)
 
     def cancel_background(self, but: threading.Event | None = None) -> None:
         for flag in self._background - {but}:

@@ -225,8 +225,8 @@ class CompletionService:
         try:
             await asyncio.wait({run, answered}, return_when=asyncio.FIRST_COMPLETED)
             result = answered.result() if answered.done() else run.result()
-        except asyncio.CancelledError:
-            run.cancel()  # $/cancelRequest: the job is told to stop
+        except asyncio.CancelledError:  # $/cancelRequest: the user typed on
+            self.withdrawn(run, answered, cursor, cancel, decode_on)
             raise
         except Superseded:
             self.telemetry.count("superseded")
@@ -276,31 +276,29 @@ class CompletionService:
         self.record(started, cursor, "model", result=partial)
         self.notify_progress("ready")
 
+    def withdrawn(self, run: asyncio.Future, answered: asyncio.Future, cursor: Cursor, cancel: threading.Event,
+                  decode_on: DecodeOn) -> None:
+        """The client cancelled the request. A local engine's job goes on in the background as a
+        decode the next keys may follow (lsp_server/following.py): a key that does not follow it
+        cancels it. A remote server's stream is closed: its time is shared."""
+        if self.backend is None or self.backend.kind != "local" or answered.done():
+            run.cancel()
+            return
+        answered.cancel()
+        self.scheduler.demote(cancel)
+        self.shown[cursor.uri] = decode_on.on_screen = Shown(cursor.prefix, cursor.suffix, "", 0)
+        self.decode_on[cursor.uri] = decode_on
+
     async def follow(self, decode_on: DecodeOn, document, cursor: Cursor, started: float, is_stale) -> types.InlineCompletionList:
         """The user typed what the decode going on is writing: wait for it, within the budget,
         rather than cancel it and start over (lsp_server/following.py)."""
         until = started + self.settings.budget_ms / 1000 - LOOP_ANSWER_MARGIN_S
-        while (kept := type_through(self.shown.get(cursor.uri), cursor)) is None:
-            if not await decode_on.wait(until):
-                if not decode_on.done:
-                    decode_on.waiting = (cursor, is_stale)
-                self.record(started, cursor, "followed")
-                return EMPTY
-        self.record(started, cursor, "followed", text=kept.text)
-        return self.items(document, cursor, kept.text, kept.replace_after)
-
-    def tell_followers(self, decode_on: DecodeOn) -> None:
-        """The kept answer changed: followers waiting look again, and one that answered empty is
-        told if its ghost text is there now."""
-        decode_on.grew()
-        if decode_on.waiting is None:
-            return
-        cursor, is_stale = decode_on.waiting
-        if is_stale():
-            decode_on.waiting = None
-        elif type_through(self.shown.get(cursor.uri), cursor) is not None:
-            decode_on.waiting = None
-            self.notify_ready(cursor)
+        while (kept := type_through(self.shown.get(cursor.uri), cursor)) is None and await decode_on.wait(until):
+            pass
+        if kept is None and not decode_on.done:
+            decode_on.waiting = (cursor, is_stale)  # answered empty: told when its ghost text is there
+        self.record(started, cursor, "followed", text=kept.text if kept else "")
+        return self.items(document, cursor, kept.text, kept.replace_after) if kept else EMPTY
 
     def grew(self, cursor: Cursor, partial, is_stale, decode_on: DecodeOn) -> None:
         """Answered, and decoding on: the answer gained a line (a single-line one: its line is done).
@@ -314,28 +312,30 @@ class CompletionService:
         if grown.visible and not decode_on.on_screen.visible and not is_stale():
             decode_on.on_screen = grown
             self.notify_ready(cursor)
-        self.tell_followers(decode_on)
+        decode_on.grew(self.shown.get(cursor.uri), self.notify_ready)
 
     def finished(self, answered: asyncio.Future, started: float, cursor: Cursor, result, is_stale,
                  decode_on: DecodeOn) -> None:
         decode_on.done = True
         if self.decode_on.get(cursor.uri) is decode_on:
             del self.decode_on[cursor.uri]
-        if not answered.done():
+        if not answered.done() or answered.cancelled():  # answered at its end, or withdrawn by the client
             self.record(started, cursor, "model", result=result)
             self.maybe_retune()
             self.notify_progress("ready")
-            return
-        # Answered at the budget and decoded on: the longer text serves the next keystrokes, and
-        # the client, told it is ready, asks again at the spot if the user is still there.
-        self.telemetry.count("continued")
+            if not answered.cancelled():
+                return
+        else:
+            self.telemetry.count("continued")
+        # Decoded on after its answer (or withdrawn): the longer text serves the next keystrokes,
+        # and the client, told it is ready, asks again at the spot if the user is still there.
         complete = result.stop_reason not in ("deadline", "cancelled")  # cancelled: the user moved on
         decoded = Shown.of(cursor, result, complete)
         if decode_on.takes(self.shown.get(cursor.uri), decoded):
             self.shown[cursor.uri] = decoded
             if complete and len(decoded.visible) > len(decode_on.on_screen.visible) and not is_stale():
                 self.notify_ready(cursor)
-        self.tell_followers(decode_on)
+        decode_on.grew(self.shown.get(cursor.uri), self.notify_ready)
         self.maybe_retune()
 
     def notify_ready(self, cursor: Cursor) -> None:

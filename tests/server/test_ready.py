@@ -248,6 +248,30 @@ async def test_typing_what_the_decode_writes_follows_it_instead_of_cancelling_it
     assert quick.telemetry.recent[-1].source == "typethrough" and quick.telemetry.counts["model"] == models
 
 
+async def test_a_request_the_client_cancels_decodes_on_for_the_keys_that_follow(services):
+    (quick, editor), (patient, patient_editor) = services
+    [expected] = await patient_answer(patient, patient_editor, URI, LINE, CHARACTER)
+    be_patient(quick)
+    results, gate = Results(quick.engine), Gate(quick.engine)
+    editor.open(URI, TEXT)
+    try:
+        first = asyncio.ensure_future(complete(quick, editor, URI, LINE, CHARACTER))
+        await until(gate.entered.is_set, "the request to be in a forward")
+        first.cancel()  # $/cancelRequest: the user typed on
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        editor.type(URI, LINE, CHARACTER, expected[0])
+        follower = asyncio.ensure_future(complete(quick, editor, URI, LINE, CHARACTER + 1))
+        await asyncio.sleep(0.05)  # it waits for the decode rather than starting its own
+        gate.released.set()
+        assert texts(await follower) == [expected[1:]]
+    finally:
+        gate.remove()
+    assert quick.telemetry.recent[-1].source == "followed"
+    [decoded] = results.results  # one engine run, for both requests
+    assert decoded.text == expected
+
+
 async def test_closing_the_document_cancels_its_background_decode(services):
     (quick, editor), (patient, patient_editor) = services
     results, gate = await answered_empty_then_held(quick, editor)

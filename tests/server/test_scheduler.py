@@ -118,3 +118,34 @@ async def test_errors_reach_the_caller_and_the_worker_keeps_serving(scheduler):
     with pytest.raises(ValueError, match="bad input"):
         await scheduler.run("a.py", broken)
     assert await scheduler.run("a.py", lambda cancel: "fine") == "fine"
+
+
+async def test_a_job_turned_background_goes_on_unless_a_request_waits_behind_it(scheduler):
+    """demote(): decoding on after an answer must not hold up a request already queued for the worker."""
+    for queued_behind in (False, True):
+        started, demoted, seen = threading.Event(), threading.Event(), []
+        cancel = threading.Event()
+
+        def long_job(flag):
+            started.set()
+            demoted.wait(10)
+            seen.append(flag.wait(0.2))  # told to stop, or not, within a pass or two
+            return "done"
+
+        running = asyncio.ensure_future(scheduler.run("a.py", long_job, cancel=cancel))
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
+        waiting = asyncio.ensure_future(scheduler.run("b.py", lambda flag: "b")) if queued_behind else None
+        await asyncio.sleep(0)
+        scheduler.demote(cancel)  # the job answered at its deadline and decodes on
+        demoted.set()
+        assert await running == "done" and seen == [queued_behind]
+        if waiting is not None:
+            assert await waiting == "b"
+    # A job that is itself still queued when it answers (the loop's answer at the deadline) keeps its place.
+    release, blocker, _ = await _occupy(scheduler)
+    queued_flag = threading.Event()
+    queued = asyncio.ensure_future(scheduler.run("c.py", lambda flag: flag.is_set(), cancel=queued_flag))
+    await asyncio.sleep(0)
+    scheduler.demote(queued_flag)
+    release.set()
+    assert await blocker == "held" and await queued is False
