@@ -72,12 +72,24 @@ def summarize(run: SessionRun) -> dict:
         "withheld": _count(s["withheld"] for s in server_model if s.get("withheld")),  # the confidence gate
         "ready_requests": sum(r.trigger == "ready" for r in records),
         "kept_requests": sum((r.server or {}).get("source") == "kept" for r in answered),
+        "keys_on_screen": keys_on_screen(records, run.typed_chars),
         "first_ghost_text_after_jump_s": spread(first_ghost_text_after_jumps(run)),
         "jumps": len(run.jumps),
         "load_s": round(getattr(run, "load_s", 0.0), 1),
         "server_status": run.status.get("message"),
         "server_stats": {k: v for k, v in (run.final_stats or {}).items() if k != "recent"},
     }
+
+
+def keys_on_screen(records, typed_chars: int) -> float | None:
+    """Of the keys the user typed, the share the ghost text on screen had right: the last answer
+    before each key (typed through, followed or the model's) showed text starting with it."""
+    last: dict[tuple, object] = {}
+    for r in records:
+        if r.status == "answered":
+            last[(r.file, r.hole, r.typed)] = r
+    right = sum(bool(r.shown) and bool(r.expected) and r.shown[0] == r.expected[0] for r in last.values())
+    return round(right / typed_chars, 4) if typed_chars else None
 
 
 def first_ghost_text_after_jumps(run: SessionRun) -> list[float]:
@@ -123,7 +135,7 @@ def environment() -> dict:
 
 def format_table(result: dict) -> str:
     header = ("session", "requests", "answered", "p50 ms", "p90 ms", "p99 ms", "max ms", "model p50", "in budget",
-              "shown", "exact", "acc chars", "τ", "prefill", "ready", "jump→text p50/p90 s")
+              "shown", "exact", "acc chars", "keys shown", "τ", "prefill", "ready", "jump→text p50/p90 s")
     rows = [header]
 
     for s in result["modes"]:
@@ -132,6 +144,7 @@ def format_table(result: dict) -> str:
                      fmt(lat["p99"]), fmt(lat["max"]), fmt(s["latency_ms_model"]["p50"]),
                      fmt(s["within_budget"], 0, "%", 100), fmt(s["shown_rate"], 0, "%", 100),
                      fmt(s["exact_match_rate"], 0, "%", 100), fmt(s["accepted_chars_per_request"], 1),
+                     fmt(s.get("keys_on_screen"), 0, "%", 100),
                      fmt(s["tau"], 2), fmt(s["prefill_tokens"]["p50"]), str(s.get("ready_requests", 0)),
                      f"{fmt(first.get('p50'), 2)}/{fmt(first.get('p90'), 2)} "
                      f"({first.get('n', 0)} of {s.get('jumps', 0)})"))

@@ -14,7 +14,8 @@ from dataclasses import asdict
 from engine.bench.corpus import HOLE_KINDS, body_holes, default_corpus, make_holes, midline_holes, statement_end_holes
 from engine.bench.figures import first_difference, positions_matching
 from engine.drafters.config import DrafterConfig
-from lsp_server.bench.typist import judge
+from lsp_server.bench.session_report import keys_on_screen
+from lsp_server.bench.typist import RequestRecord, judge
 from lsp_server.cli import main as cli_main
 
 ENGINE_MODES = ("hf-greedy", "hf-assisted", "hf-prompt-lookup", "quickdraft-lookup", "quickdraft-draft",
@@ -71,6 +72,18 @@ def test_judge_exact_match_and_accepted_characters():
     assert judge("return y", "return x") == (False, 7)
     assert judge("", "return x") == (False, 0)
     assert judge("   ", "   x") == (False, 3)  # whitespace only is never an exact match
+
+
+def test_keys_on_screen_counts_the_keys_the_last_answer_before_them_had_right():
+    def record(typed: int, shown: str, status: str = "answered") -> RequestRecord:
+        return RequestRecord(session="s", file="f.py", hole=0, version=typed + 2, line=0, character=typed, typed=typed,
+                             sent_s=0.0, status=status, shown=shown, expected="abcd"[typed:])
+    records = [record(0, "ab"),  # "a" was on screen
+               record(1, "xx"), record(1, "bcd"),  # the last answer before "b" (a ready re-ask) had it
+               record(2, "c", status="cancelled"),  # never on screen
+               record(3, "")]
+    assert keys_on_screen(records, typed_chars=4) == 0.5
+    assert keys_on_screen([], typed_chars=0) is None
 
 
 # ----------------------------------------------------------------------------- corpus and holes
