@@ -168,9 +168,7 @@ class CompletionService:
             self.telemetry.count("empty")
             return EMPTY
 
-        version = cursor.version
-
-        def is_stale() -> bool:
+        def is_stale(version: int | None = cursor.version) -> bool:
             current = workspace.text_documents.get(uri)
             return current is None or current.version != version
 
@@ -209,6 +207,7 @@ class CompletionService:
         run = asyncio.ensure_future(self.scheduler.run(uri, job, is_stale=is_stale, cancel=cancel,
                                                        joins=self.warmer.join(uri, cursor.position)))
         run.add_done_callback(lambda task: task.cancelled() or task.exception())  # retrieved if answered early
+        run.add_done_callback(lambda _: self.decode_ended(uri, decode_on))
         budget_s = self.settings.budget_ms / 1000
 
         def answer_at_deadline() -> None:
@@ -278,9 +277,8 @@ class CompletionService:
 
     def withdrawn(self, run: asyncio.Future, answered: asyncio.Future, cursor: Cursor, cancel: threading.Event,
                   decode_on: DecodeOn) -> None:
-        """The client cancelled the request. A local engine's job goes on in the background as a
-        decode the next keys may follow (lsp_server/following.py): a key that does not follow it
-        cancels it. A remote server's stream is closed: its time is shared."""
+        """The client cancelled the request: a local engine's job goes on as a decode the next keys
+        may follow (lsp_server/following.py); a remote server's stream is closed (shared time)."""
         if self.backend is None or self.backend.kind != "local" or answered.done():
             run.cancel()
             return
@@ -301,9 +299,8 @@ class CompletionService:
         return self.items(document, cursor, kept.text, kept.replace_after) if kept else EMPTY
 
     def grew(self, cursor: Cursor, partial, is_stale, decode_on: DecodeOn) -> None:
-        """Answered, and decoding on: the answer gained a line (a single-line one: its line is done).
-        Shown more than was answered, it is worth telling before the rest is decoded (the user may
-        type before then); one the gate withheld is kept to type through, untold."""
+        """Decoding on after the answer, it gained a line (a single-line one: its line is done): worth
+        telling of before the rest is decoded; one the gate withheld is kept to type through, untold."""
         kept, grown = self.shown.get(cursor.uri), Shown.of(cursor, partial)
         if not decode_on.takes(kept, grown) or len(grown.text) <= len(kept.text):
             return
@@ -316,9 +313,6 @@ class CompletionService:
 
     def finished(self, answered: asyncio.Future, started: float, cursor: Cursor, result, is_stale,
                  decode_on: DecodeOn) -> None:
-        decode_on.done = True
-        if self.decode_on.get(cursor.uri) is decode_on:
-            del self.decode_on[cursor.uri]
         if not answered.done() or answered.cancelled():  # answered at its end, or withdrawn by the client
             self.record(started, cursor, "model", result=result)
             self.maybe_retune()
@@ -327,8 +321,8 @@ class CompletionService:
                 return
         else:
             self.telemetry.count("continued")
-        # Decoded on after its answer (or withdrawn): the longer text serves the next keystrokes,
-        # and the client, told it is ready, asks again at the spot if the user is still there.
+        # Decoded on after its answer (or withdrawn): the longer text serves the next keys; the client,
+        # told it is ready, asks again at the spot if the user is still there.
         complete = result.stop_reason not in ("deadline", "cancelled")  # cancelled: the user moved on
         decoded = Shown.of(cursor, result, complete)
         if decode_on.takes(self.shown.get(cursor.uri), decoded):
@@ -337,6 +331,12 @@ class CompletionService:
                 self.notify_ready(cursor)
         decode_on.grew(self.shown.get(cursor.uri), self.notify_ready)
         self.maybe_retune()
+
+    def decode_ended(self, uri: str, decode_on: DecodeOn) -> None:  # its job ended, or never started
+        decode_on.done = True
+        if self.decode_on.get(uri) is decode_on:
+            del self.decode_on[uri]
+        decode_on.grew(self.shown.get(uri), self.notify_ready)  # followers still waiting give up
 
     def notify_ready(self, cursor: Cursor) -> None:
         self.telemetry.count("ready")

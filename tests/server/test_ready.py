@@ -272,6 +272,31 @@ async def test_a_request_the_client_cancels_decodes_on_for_the_keys_that_follow(
     assert decoded.text == expected
 
 
+async def test_a_cancelled_request_that_never_starts_leaves_nothing_to_follow(services):
+    (quick, editor), _ = services
+    be_patient(quick)
+    gate = Gate(quick.engine)
+    editor.open(URI, TEXT)
+    editor.open(OTHER, TEXT)
+    try:
+        blocker = asyncio.ensure_future(complete(quick, editor, OTHER, LINE, CHARACTER))
+        await until(gate.entered.is_set, "the other document's request to hold the worker")
+        queued = asyncio.ensure_future(complete(quick, editor, URI, LINE, CHARACTER))
+        await asyncio.sleep(0.05)
+        queued.cancel()  # $/cancelRequest while it waits for the worker
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+        assert URI in quick.decode_on  # a decode the next keys may follow, once it runs
+        editor.type(URI, LINE, CHARACTER, "x")  # the document moved on: it never will
+        gate.released.set()
+        await blocker
+        await until(lambda: URI not in quick.decode_on, "the job that never started to be let go")
+    finally:
+        gate.remove()
+    await complete(quick, editor, URI, LINE, CHARACTER + 1)
+    assert quick.telemetry.recent[-1].source == "model"  # not a follower of a decode that is not there
+
+
 async def test_closing_the_document_cancels_its_background_decode(services):
     (quick, editor), (patient, patient_editor) = services
     results, gate = await answered_empty_then_held(quick, editor)
