@@ -13,6 +13,7 @@ export interface Settings {
   drafter: string;
   budgetMs: number;
   maxNewTokens: number;
+  minConfidence: number | null; // null: the model's measured default
   multiline: string;
   disabledLanguages: string[];
   debounceMs: number;
@@ -34,6 +35,7 @@ export function readSettings(config: ConfigLike): Settings {
     drafter: config.get<string>('drafter', 'hybrid'),
     budgetMs: config.get<number>('budgetMs', 200),
     maxNewTokens: config.get<number>('maxNewTokens', 64),
+    minConfidence: config.get<number | null>('minConfidence', null),
     multiline: config.get<string>('multiline', 'auto'),
     disabledLanguages: config.get<string[]>('disabledLanguages', []),
     debounceMs: config.get<number>('debounceMs', 150),
@@ -55,6 +57,7 @@ export function serverOptionsFrom(s: Settings): Record<string, unknown> {
   // Empty model settings mean "the server's default": leave them out.
   if (s.verifier) options.verifier = s.verifier;
   if (s.draft) options.draft = s.draft;
+  if (typeof s.minConfidence === 'number') options.minConfidence = s.minConfidence;
   return options;
 }
 

@@ -23,6 +23,8 @@ test('settings map to the server options, leaving empty models to the server', (
     enabled: true, drafter: 'lookup', budgetMs: 200, maxNewTokens: 64, multiline: 'auto',
     disabledLanguages: ['markdown'], draft: 'none', warm: true,
   });
+  assert.equal(settings.serverOptionsFrom(settings.readSettings(config({ minConfidence: 0 }))).minConfidence, 0);
+  assert.equal(settings.serverOptionsFrom(settings.readSettings(config({ minConfidence: 0.4 }))).minConfidence, 0.4);
   assert.equal(settings.isLanguageDisabled(s, 'markdown'), true);
   assert.equal(settings.isLanguageDisabled(s, 'python'), false);
 });
