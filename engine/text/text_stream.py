@@ -9,8 +9,6 @@ class TextStream:
     def __init__(self, tokenizer, stop_strings: Sequence[str] = ()) -> None:
         self.tokenizer = tokenizer
         self.stop_strings = [s for s in stop_strings if s]
-        # Text that could still become the start of a stop string is held back from deltas.
-        self.holdback = max((len(s) for s in self.stop_strings), default=1) - 1
         self.text = ""
         self.sent = 0
         self.stopped = False
@@ -23,8 +21,20 @@ class TextStream:
             text, self.stopped = text[:cut], True
         self.text = text
         # A trailing U+FFFD is usually half of a multi-byte character: wait for the rest.
-        safe = len(text) if self.stopped else len(text.rstrip("\ufffd")) - self.holdback
+        safe = len(text) if self.stopped else self._held_back(text.rstrip("\ufffd"))
         return self._send_until(safe)
+
+    def _held_back(self, text: str) -> int:
+        """Where the text that could still become the start of a stop string begins: only that is
+        held back from deltas. (A fixed hold-back of the longest stop's length delayed a multi-line
+        answer's first line by up to a whole line, since its stop is the next line of the file.)"""
+        start = len(text)
+        for stop in self.stop_strings:
+            for k in range(min(len(stop) - 1, len(text)), 0, -1):
+                if len(text) - k < start and text.endswith(stop[:k]):
+                    start = len(text) - k
+                    break
+        return start
 
     def finish(self) -> str:
         return self._send_until(len(self.text))

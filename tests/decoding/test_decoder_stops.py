@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from engine.decoding.decoder import GenerationConfig, SpeculativeDecoder
 from engine.drafters import make_drafter
 from engine.errors import PromptError
+from engine.text.text_stream import TextStream
 from support.tiny_models import assert_logits_close
 
 
@@ -200,6 +201,22 @@ def test_stop_string_cuts_the_text_before_it(text_model):
     assert cut.stop_reason == "stop_string"
     assert cut.text == full.text[: full.text.index(stop)]
     assert "".join(chunks) == cut.text  # streamed chunks add up to the answer, stop string never shown
+
+
+def test_only_what_could_start_a_stop_string_is_held_back(text_model):
+    """A multi-line answer's stop is the next line of the file: its first line must stream as
+    soon as its next line differs from that, not a stop's length later."""
+    _, tokenizer = text_model
+    stop = "\n    def next(self):\n"
+    ids = tokenizer("    if ready:\n        go()\n    def next(self):\n", add_special_tokens=False)["input_ids"]
+    stream, sent = TextStream(tokenizer, [stop]), ""
+    for end in range(1, len(ids) + 1):
+        sent += stream.update(ids[:end])
+        held = stream.text[len(sent):]
+        assert stream.text.startswith(sent) and stop.startswith(held), (sent, held)
+        if "\n        go" in stream.text:
+            assert "\n        g" in sent  # the second line is out once it is not the stop
+    assert stream.stopped and sent + stream.finish() == stream.text == "    if ready:\n        go()"
 
 
 def test_streamed_chunks_add_up_to_the_text(text_model):
