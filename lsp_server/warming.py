@@ -46,7 +46,10 @@ log = logging.getLogger(__name__)
 
 CURSOR_NOTIFICATION = "quickdraft/didChangeCursor"
 WARM_KEY = "warm"  # never a document URI, so a warm never supersedes a completion request
-DEBOUNCE_S = 0.12  # the cursor must rest this long: arrow keys held down warm once
+# The cursor must rest this long: arrow keys held down warm once. The editor clients debounce
+# their notifications by 100 ms already, so this only merges what other clients send in bursts;
+# every millisecond of it is added to the time from a jump to its first ghost text.
+DEBOUNCE_S = 0.06
 IDLE_S = 1.0  # no request, edit or cursor move for this long: the server is idle
 MAX_WARM_CHARS = 1_000_000  # larger documents (generated, minified, logs) are not warmed
 MAX_REMEMBERED = 256  # documents whose last cursor is kept, for when they are opened again
