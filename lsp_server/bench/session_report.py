@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Protocol, Sequence
 
 from engine.bench.common import fmt, machine, machine_line, pyplot, text_table
 from engine.stats import percentile
+from engine.text.syntax import language_from, syntax_errors
 
 
 class SessionRun(Protocol):
@@ -18,11 +20,16 @@ class SessionRun(Protocol):
     typed_chars: int
     budget_ms: float
     status: dict
+    files: list  # (path, text, holes) typed, in order
     final_stats: dict
 
 
 def summarize(run: SessionRun) -> dict:
-    records = run.records
+    return {"name": run.name, **figures(run, run.records, run.typed_chars),
+            "by_language": by_language(run)}
+
+
+def figures(run: SessionRun, records: Sequence, typed_chars: int) -> dict:
     answered = [r for r in records if r.status == "answered"]
     latencies = [r.latency_ms for r in answered if r.latency_ms is not None]
     model = [r for r in answered if (r.server or {}).get("source") == "model"]
@@ -39,14 +46,15 @@ def summarize(run: SessionRun) -> dict:
                 "mean": round(sum(values) / len(values), 2) if values else None,
                 "max": max(values) if values else None, "n": len(values)}
 
+    holes = {(hole.path, index): hole for _, _, file_holes in run.files for index, hole in enumerate(file_holes)}
+    parsed = [p for p in (parses(holes, r) for r in shown) if p is not None]
     return {
-        "name": run.name,
         "drafter": (run.final_stats or {}).get("drafter") or run.name,
         "request_count": len(records),
         "answered": len(answered),
         "cancelled": sum(r.status == "cancelled" for r in records),
         "errors": sum(r.status == "error" for r in records),
-        "typed_chars": run.typed_chars,
+        "typed_chars": typed_chars,
         "latency_ms": spread(latencies),
         "latency_ms_model": spread([r.latency_ms for r in model]),
         "within_budget": round(sum(bool(r.within_budget) for r in answered) / len(answered), 4) if answered else None,
@@ -60,6 +68,7 @@ def summarize(run: SessionRun) -> dict:
         "accepted_chars_per_request": round(sum(r.accepted_chars for r in answered) / len(answered), 2)
         if answered else None,
         "accepted_chars_per_shown": round(sum(r.accepted_chars for r in shown) / len(shown), 2) if shown else None,
+        "parses_of_shown": round(sum(parsed) / len(parsed), 4) if parsed else None,
         "server_matched": sum(r.server is not None for r in answered),
         "model_requests": len(model),
         "typethrough_requests": sum((r.server or {}).get("source") == "typethrough" for r in answered),
@@ -72,13 +81,53 @@ def summarize(run: SessionRun) -> dict:
         "withheld": _count(s["withheld"] for s in server_model if s.get("withheld")),  # the confidence gate
         "ready_requests": sum(r.trigger == "ready" for r in records),
         "kept_requests": sum((r.server or {}).get("source") == "kept" for r in answered),
-        "keys_on_screen": keys_on_screen(records, run.typed_chars),
+        "keys_on_screen": keys_on_screen(records, typed_chars),
         "first_ghost_text_after_jump_s": spread(first_ghost_text_after_jumps(run)),
         "jumps": len(run.jumps),
         "load_s": round(getattr(run, "load_s", 0.0), 1),
         "server_status": run.status.get("message"),
         "server_stats": {k: v for k, v in (run.final_stats or {}).items() if k != "recent"},
     }
+
+
+def by_language(run: SessionRun) -> dict:
+    """The same figures per language of the files typed (latency, keys shown, exact and parses of shown)."""
+    languages: dict[str, list] = {}
+    for _, _, holes in run.files:
+        for hole in holes:
+            languages.setdefault(language_from(None, hole.path) or "other", []).append(hole)
+    result = {}
+    for language, holes in languages.items():
+        records = [r for r in run.records if r.file in {h.path for h in holes}]
+        typed = sum(len(h.middle) for h in holes)
+        result[language] = {k: v for k, v in figures(run, records, typed).items() if k in LANGUAGE_FIGURES}
+    return result
+
+
+LANGUAGE_FIGURES = ("typed_chars", "answered", "latency_ms", "latency_ms_model", "within_budget", "shown_rate",
+                    "exact_match_rate", "parses_of_shown", "accepted_chars_per_request", "keys_on_screen")
+
+
+def parses(holes: dict, record) -> bool | None:
+    """Whether the file, with the shown completion taken, has no more syntax errors than as the
+    user has typed it so far (tree-sitter, and Python's compiler for Python); None without a grammar."""
+    hole = holes.get((record.file, record.hole))
+    if hole is None:
+        return None
+    typed = hole.prefix + hole.middle[: record.typed]
+    language = language_from(None, hole.path)
+    before = _errors(language, typed + hole.suffix)
+    after = _errors(language, typed + record.shown + hole.suffix[record.replace_chars:])
+    if before is None or after is None:
+        return None
+    return after[0] <= before[0] and (after[1] or not before[1])
+
+
+@functools.lru_cache(maxsize=4096)
+def _errors(language: str | None, text: str) -> tuple[int, bool] | None:
+    """(tree-sitter error nodes, whether Python compiles it), or None without a grammar."""
+    errors = syntax_errors(language, text)
+    return None if errors is None else (errors.count, errors.compiler_row is None)
 
 
 def keys_on_screen(records, typed_chars: int) -> float | None:
@@ -135,7 +184,7 @@ def environment() -> dict:
 
 def format_table(result: dict) -> str:
     header = ("session", "requests", "answered", "p50 ms", "p90 ms", "p99 ms", "max ms", "model p50", "in budget",
-              "shown", "exact", "acc chars", "keys shown", "τ", "prefill", "ready", "jump→text p50/p90 s")
+              "shown", "exact", "parses", "acc chars", "keys shown", "τ", "prefill", "ready", "jump→text p50/p90 s")
     rows = [header]
 
     for s in result["modes"]:
@@ -143,14 +192,28 @@ def format_table(result: dict) -> str:
         rows.append((s["name"], str(s["request_count"]), str(s["answered"]), fmt(lat["p50"]), fmt(lat["p90"]),
                      fmt(lat["p99"]), fmt(lat["max"]), fmt(s["latency_ms_model"]["p50"]),
                      fmt(s["within_budget"], 0, "%", 100), fmt(s["shown_rate"], 0, "%", 100),
-                     fmt(s["exact_match_rate"], 0, "%", 100), fmt(s["accepted_chars_per_request"], 1),
+                     fmt(s["exact_match_rate"], 0, "%", 100), fmt(s.get("parses_of_shown"), 0, "%", 100),
+                     fmt(s["accepted_chars_per_request"], 1),
                      fmt(s.get("keys_on_screen"), 0, "%", 100),
                      fmt(s["tau"], 2), fmt(s["prefill_tokens"]["p50"]), str(s.get("ready_requests", 0)),
                      f"{fmt(first.get('p50'), 2)}/{fmt(first.get('p90'), 2)} "
                      f"({first.get('n', 0)} of {s.get('jumps', 0)})"))
     config = result["config"]
     typing = f"{config['typing_cps']} chars/s, debounce {config['debounce_ms']:.0f} ms"
-    return "\n".join([*text_table(rows), f"{machine_line(result['environment'])}; {typing}"])
+    return "\n".join([*text_table(rows), *language_table(result["modes"]),
+                      f"{machine_line(result['environment'])}; {typing}"])
+
+
+def language_table(modes: Sequence[dict]) -> list[str]:
+    """Per language of the files typed, when there are several."""
+    header = ("session", "language", "typed", "answered", "p99 ms", "model p50", "in budget", "shown", "exact",
+              "parses", "acc chars", "keys shown")
+    rows = [(s["name"], language, str(f["typed_chars"]), str(f["answered"]), fmt(f["latency_ms"]["p99"]),
+             fmt(f["latency_ms_model"]["p50"]), fmt(f["within_budget"], 0, "%", 100), fmt(f["shown_rate"], 0, "%", 100),
+             fmt(f["exact_match_rate"], 0, "%", 100), fmt(f["parses_of_shown"], 0, "%", 100),
+             fmt(f["accepted_chars_per_request"], 1), fmt(f["keys_on_screen"], 0, "%", 100))
+            for s in modes if len(s.get("by_language", {})) > 1 for language, f in s["by_language"].items()]
+    return ["", *text_table([header, *rows])] if rows else []
 
 
 def write_plots(result: dict, out: Path) -> list[Path]:

@@ -14,7 +14,7 @@ from dataclasses import asdict
 from engine.bench.corpus import HOLE_KINDS, body_holes, default_corpus, make_holes, midline_holes, statement_end_holes
 from engine.bench.figures import first_difference, positions_matching
 from engine.drafters.config import DrafterConfig
-from lsp_server.bench.session_report import keys_on_screen
+from lsp_server.bench.session_report import keys_on_screen, language_table, parses
 from lsp_server.bench.typist import RequestRecord, judge
 from lsp_server.cli import main as cli_main
 
@@ -84,6 +84,34 @@ def test_keys_on_screen_counts_the_keys_the_last_answer_before_them_had_right():
                record(3, "")]
     assert keys_on_screen(records, typed_chars=4) == 0.5
     assert keys_on_screen([], typed_chars=0) is None
+
+
+def test_parses_judges_the_file_with_the_shown_completion_taken_as_typed_so_far():
+    from engine.bench.corpus import Hole
+
+    hole = Hole("m.py", "body", 1, 4, "def f(x):\n    ", "y = x + 1\n    return y", "\n\n\ndef g():\n    pass\n")
+    js = Hole("m.js", "body", 1, 2, "function f(x) {\n  ", "return x + 1;", "\n}\n")
+    holes = {("m.py", 0): hole, ("m.js", 0): js}
+
+    def record(typed: int, shown: str, file: str = "m.py", replace_chars: int = 0) -> RequestRecord:
+        return RequestRecord(session="s", file=file, hole=0, version=2, line=1, character=4, typed=typed, sent_s=0.0,
+                             status="answered", shown=shown, replace_chars=replace_chars)
+    assert parses(holes, record(0, "y = x + 1\n    return y"))
+    assert parses(holes, record(4, "x + 1"))  # typed "y = ": the file does not compile until the line is done
+    assert not parses(holes, record(4, "(x + 1"))  # an open bracket the file never closes
+    assert parses(holes, record(9, "\n    return y")) and not parses(holes, record(9, "\n  return y"))  # a bad dedent
+    assert parses(holes, record(0, "return x * 2;", "m.js")) and not parses(holes, record(0, "return (x;", "m.js"))
+    assert parses({}, record(0, "x")) is None  # a hole the run does not know
+
+
+def test_language_table_only_when_several_languages_were_typed():
+    figures = {"typed_chars": 10, "answered": 4, "latency_ms": {"p99": 150.0}, "latency_ms_model": {"p50": 120.0},
+               "within_budget": 1.0, "shown_rate": 0.5, "exact_match_rate": 0.5, "parses_of_shown": 1.0,
+               "accepted_chars_per_request": 2.0, "keys_on_screen": 0.4}
+    assert language_table([{"name": "default", "by_language": {"python": figures}}]) == []
+    table = language_table([{"name": "default", "by_language": {"python": figures, "c": figures}}])
+    assert "parses" in table[1] and [line.split()[:2] for line in table[3:]] == [["default", "python"], ["default", "c"]]
+    assert table[3].split()[9] == "100%"  # parses of shown
 
 
 # ----------------------------------------------------------------------------- corpus and holes
@@ -230,6 +258,8 @@ def test_session_bench_end_to_end_through_the_server(tiny_model_dir, tiny_draft_
             assert server["prefill_tokens"] <= server["prompt_tokens"]
             assert server["emitted"] >= server["verifier_passes"]
     assert result["modes"][0]["name"] == "hybrid" and result["environment"]["cpu"]
+    _check_rate(result["parses_of_shown"], "parses_of_shown")
+    assert set(result["by_language"]) == {"python"} and result["by_language"]["python"]["typed_chars"] == result["typed_chars"]
 
 
 def one_ms_session(model_dir, tmp_path, *flags: str) -> dict:
