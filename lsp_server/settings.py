@@ -30,7 +30,7 @@ class Settings:
     adaptive_drafting: bool = True  # switch drafters when draft acceptance stays under 50 %
     warm: bool = True  # prefill the cursor's prompt window in the background (lsp_server/warming.py)
     # Withhold answers whose verifier confidence is below this (engine/decoding/confidence.py; 0: show all;
-    # None: the threshold measured for the verifier, 0.6 for the 0.5B).
+    # None: the threshold measured for the verifier, 0.5 for the 0.5B).
     min_confidence: float | None = None
     # A shared inference server instead of local models (engine/backends/remote.py).
     backend: str | None = None  # URL of an OpenAI-compatible server; None: the local engine

@@ -173,7 +173,7 @@ def test_confidence_dict_is_plain_data():
 def test_an_unset_threshold_is_the_verifiers_measured_default(engine, monkeypatch):
     from engine.decoding import confidence
 
-    assert confidence.default_min_confidence("qwen2.5-coder-0.5b") == 0.6
+    assert confidence.default_min_confidence("qwen2.5-coder-0.5b") == 0.5
     assert engine.complete(request(None, "/w/default.py")).withheld == ""  # no threshold measured for a tiny model
     monkeypatch.setitem(confidence.DEFAULT_MIN_CONFIDENCE, engine.verifier.name, 1.0)
     assert engine.complete(request(None, "/w/default.py")).withheld == LOW_CONFIDENCE
