@@ -123,7 +123,7 @@ def parses(holes: dict, record) -> bool | None:
     return after[0] <= before[0] and (after[1] or not before[1])
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=256)  # the text as typed so far recurs for every answer at that key
 def _errors(language: str | None, text: str) -> tuple[int, bool] | None:
     """(tree-sitter error nodes, whether Python compiles it), or None without a grammar."""
     errors = syntax_errors(language, text)
