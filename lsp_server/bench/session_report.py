@@ -109,18 +109,21 @@ LANGUAGE_FIGURES = ("typed_chars", "answered", "latency_ms", "latency_ms_model",
 
 
 def parses(holes: dict, record) -> bool | None:
-    """Whether the file, with the shown completion taken, has no more syntax errors than as the
-    user has typed it so far (tree-sitter, and Python's compiler for Python); None without a grammar."""
+    """Whether the file, with the shown completion taken, has no more syntax errors (tree-sitter's,
+    and Python's compiler for Python) than it has either as typed so far or after the user's own
+    next keys, as many as were shown: a ghost text that opens a block the user is opening too
+    parses; one that breaks what the user writes does not. None without a grammar."""
     hole = holes.get((record.file, record.hole))
     if hole is None:
         return None
     typed = hole.prefix + hole.middle[: record.typed]
+    own = hole.middle[record.typed: record.typed + len(record.shown)]
     language = language_from(None, hole.path)
-    before = _errors(language, typed + hole.suffix)
+    before, truth = _errors(language, typed + hole.suffix), _errors(language, typed + own + hole.suffix)
     after = _errors(language, typed + record.shown + hole.suffix[record.replace_chars:])
-    if before is None or after is None:
+    if before is None or truth is None or after is None:
         return None
-    return after[0] <= before[0] and (after[1] or not before[1])
+    return after[0] <= max(before[0], truth[0]) and (after[1] or not (before[1] or truth[1]))
 
 
 @functools.lru_cache(maxsize=256)  # the text as typed so far recurs for every answer at that key

@@ -86,12 +86,13 @@ def test_keys_on_screen_counts_the_keys_the_last_answer_before_them_had_right():
     assert keys_on_screen([], typed_chars=0) is None
 
 
-def test_parses_judges_the_file_with_the_shown_completion_taken_as_typed_so_far():
+def test_parses_judges_the_file_with_the_shown_completion_taken_against_the_users_own_keys():
     from engine.bench.corpus import Hole
 
     hole = Hole("m.py", "body", 1, 4, "def f(x):\n    ", "y = x + 1\n    return y", "\n\n\ndef g():\n    pass\n")
     js = Hole("m.js", "body", 1, 2, "function f(x) {\n  ", "return x + 1;", "\n}\n")
-    holes = {("m.py", 0): hole, ("m.js", 0): js}
+    block = Hole("b.js", "body", 1, 2, "function f(x) {\n  ", "if (x) {\n    return 1;\n  }", "\n}\n")
+    holes = {("m.py", 0): hole, ("m.js", 0): js, ("b.js", 0): block}
 
     def record(typed: int, shown: str, file: str = "m.py", replace_chars: int = 0) -> RequestRecord:
         return RequestRecord(session="s", file=file, hole=0, version=2, line=1, character=4, typed=typed, sent_s=0.0,
@@ -100,7 +101,9 @@ def test_parses_judges_the_file_with_the_shown_completion_taken_as_typed_so_far(
     assert parses(holes, record(4, "x + 1"))  # typed "y = ": the file does not compile until the line is done
     assert not parses(holes, record(4, "(x + 1"))  # an open bracket the file never closes
     assert parses(holes, record(9, "\n    return y")) and not parses(holes, record(9, "\n  return y"))  # a bad dedent
-    assert parses(holes, record(0, "return x * 2;", "m.js")) and not parses(holes, record(0, "return (x;", "m.js"))
+    assert parses(holes, record(0, "return x * 2;", "m.js")) and not parses(holes, record(0, "return x + 1;)", "m.js"))
+    assert parses(holes, record(0, "if (x) {", "b.js"))  # an open block, as the user's own next keys leave it too
+    assert not parses(holes, record(0, "if (x) {", "m.js"))  # where the user writes a statement
     assert parses({}, record(0, "x")) is None  # a hole the run does not know
 
 
