@@ -28,13 +28,9 @@ class TextStream:
         """Where the text that could still become the start of a stop string begins: only that is
         held back from deltas. (A fixed hold-back of the longest stop's length delayed a multi-line
         answer's first line by up to a whole line, since its stop is the next line of the file.)"""
-        start = len(text)
-        for stop in self.stop_strings:
-            for k in range(min(len(stop) - 1, len(text)), 0, -1):
-                if len(text) - k < start and text.endswith(stop[:k]):
-                    start = len(text) - k
-                    break
-        return start
+        partial = max((k for stop in self.stop_strings for k in range(1, min(len(stop), len(text) + 1))
+                       if text.endswith(stop[:k])), default=0)
+        return len(text) - partial
 
     def finish(self) -> str:
         return self._send_until(len(self.text))
