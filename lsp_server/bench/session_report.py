@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Protocol, Sequence
 
 from engine.bench.common import fmt, machine, machine_line, pyplot, text_table
+from engine.bench.quality import whole_file_errors
 from engine.stats import percentile
-from engine.text.syntax import language_from, syntax_errors
+from engine.text.syntax import language_from
 
 
 class SessionRun(Protocol):
@@ -98,7 +99,8 @@ def by_language(run: SessionRun) -> dict:
             languages.setdefault(language_from(None, hole.path) or "other", []).append(hole)
     result = {}
     for language, holes in languages.items():
-        records = [r for r in run.records if r.file in {h.path for h in holes}]
+        paths = {h.path for h in holes}
+        records = [r for r in run.records if r.file in paths]
         typed = sum(len(h.middle) for h in holes)
         result[language] = {k: v for k, v in figures(run, records, typed).items() if k in LANGUAGE_FIGURES}
     return result
@@ -126,11 +128,8 @@ def parses(holes: dict, record) -> bool | None:
     return after[0] <= max(before[0], truth[0]) and (after[1] or not (before[1] or truth[1]))
 
 
-@functools.lru_cache(maxsize=256)  # the text as typed so far recurs for every answer at that key
-def _errors(language: str | None, text: str) -> tuple[int, bool] | None:
-    """(tree-sitter error nodes, whether Python compiles it), or None without a grammar."""
-    errors = syntax_errors(language, text)
-    return None if errors is None else (errors.count, errors.compiler_row is None)
+# The file as typed so far recurs for every answer at that key: parse it once.
+_errors = functools.lru_cache(maxsize=256)(whole_file_errors)
 
 
 def keys_on_screen(records, typed_chars: int) -> float | None:
