@@ -3,12 +3,12 @@
 - `medusa`: a token tree from the Medusa heads' top-k (engine/medusa/heads.py);
 - `feature`: the feature-level head's greedy chain and its runners-up (engine/medusa/feature_head.py).
 
-Both read the verifier's final hidden states, which it computes anyway: a forward hook on its
-final norm keeps the latest forward's output, and the drafter picks the rows of the tokens it
-accepted (the draft is always fed last, so rows are counted from the end). The Medusa heads read
-the last of them; the feature head remembers them all (its attention reads the recent ones).
-Drafting then costs the heads' few matrix-vector products and no extra model pass. A request's
-first pass has no such state yet (it feeds the prompt's tail), so it goes without a draft.
+Both read the verifier's final hidden state at the position that produced the last token,
+which the verifier computes anyway: a forward hook on its final norm keeps the latest
+forward's output, and the drafter picks the row of the last accepted token (the draft is
+always fed last, so rows are counted from the end). Drafting then costs the heads' few
+matrix-vector products and no extra model pass. A request's first pass has no such state
+yet (it feeds the prompt's tail), so it goes without a draft.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from engine.decoding.tree import TokenTree
 from engine.decoding.verify import SamplingParams
 from engine.drafters.trees import TreeLookupDrafter, add_paths, tree_draft
 from engine.medusa.choices import Choice, build_tree
-from engine.medusa.feature_head import FeatureContext, FeatureHead
+from engine.medusa.feature_head import FeatureHead
 from engine.medusa.heads import MedusaHeads
 
 
@@ -62,44 +62,37 @@ class HiddenStateDrafter(ABC):
         if self.lookup is not None:
             self.lookup.start(prompt_ids, context_streams)
 
-    def accepted_rows(self, tokens: Sequence[int]) -> tuple[torch.Tensor, list[int]] | None:
-        """The verifier's latest forward's rows that chose its accepted tokens, oldest first, with
-        those tokens: the last row is the state whose LM-head output was `tokens[-1]`."""
+    def hidden_state(self, tokens: Sequence[int]) -> torch.Tensor | None:
+        """The hidden state whose LM-head output was `tokens[-1]`, from the verifier's latest forward."""
         rows, draft = self.tap.last, self.pending
         if rows is None or draft is None:  # a request's first pass feeds the prompt's tail itself
             return None
-        if not draft.tokens:  # the last pass had no draft: each row fed chose the token after it
-            count = min(len(rows), len(tokens))
-            return rows[len(rows) - count:], list(tokens[len(tokens) - count:])
+        if not draft.tokens:  # the last pass had no draft: its last row
+            return rows[-1]
         root_row = len(rows) - len(draft.tokens) - 1
         accepted = list(tokens[len(tokens) - 1 - self.accepted:len(tokens) - 1]) if self.accepted else []
-        if root_row < 0:
-            return None
         if draft.tree is not None:
             path = draft.tree.find_path(accepted)
-            if path is None:
+            if path is None or root_row < 0:
                 return None
-            index = [root_row] + [root_row + node + 1 for node in path]
-        else:
-            index = list(range(root_row, root_row + len(accepted) + 1))
-        return rows[index], list(tokens[len(tokens) - len(index):])
+            return rows[root_row + (path[-1] + 1 if path else 0)]
+        return rows[root_row + len(accepted)] if root_row >= 0 else None
 
     def propose(self, tokens: Sequence[int], max_tokens: int, sampling: SamplingParams) -> Draft:
-        accepted = self.accepted_rows(tokens)
+        hidden = self.hidden_state(tokens)
         self.accepted = 0
-        if accepted is None:
+        if hidden is None:
             self.pending = Draft.empty(self.name)
             return self.pending
         found = self.lookup.candidates(tokens, min(max_tokens, self.lookup.length.value)) if self.lookup else []
-        tree = self.tree(*accepted, max_tokens, beside_lookup=bool(found))
+        tree = self.tree(hidden, tokens[-1], max_tokens, beside_lookup=bool(found))
         add_paths(tree, found, len(tree) + (self.lookup.max_nodes if self.lookup else 0))
         self.pending = tree_draft(tree, self.name)
         return self.pending
 
     @abstractmethod
-    def tree(self, rows: torch.Tensor, tokens: list[int], max_tokens: int, beside_lookup: bool) -> TokenTree:
-        """The draft tree after the verifier's latest accepted `rows` and the `tokens` they chose
-        (the last chose the last token); smaller beside lookup's candidates."""
+    def tree(self, hidden: torch.Tensor, last_token: int, max_tokens: int, beside_lookup: bool) -> TokenTree:
+        """The draft tree from `hidden`, the state that chose `last_token`; smaller beside lookup's candidates."""
 
     def observe(self, draft: Draft, accepted: int) -> None:
         self.accepted = accepted
@@ -119,8 +112,8 @@ class MedusaDrafter(HiddenStateDrafter):
         self.top_k = max((rank + 1 for choice in self.choices for rank in choice), default=1)
         self.nodes_beside_lookup = nodes_beside_lookup
 
-    def tree(self, rows: torch.Tensor, tokens: list[int], max_tokens: int, beside_lookup: bool) -> TokenTree:
-        candidates, _ = self.heads.top_k(rows[-1], self.top_k)
+    def tree(self, hidden: torch.Tensor, last_token: int, max_tokens: int, beside_lookup: bool) -> TokenTree:
+        candidates, _ = self.heads.top_k(hidden, self.top_k)
         return build_tree(candidates, self.choices[:self.nodes_beside_lookup] if beside_lookup else self.choices,
                           max_tokens)
 
@@ -137,16 +130,10 @@ class FeatureDrafter(HiddenStateDrafter):
         self.head = head.eval()
         self.depth, self.stop_below, self.branch_below = depth, stop_below, branch_below
         self.nodes_beside_lookup = nodes_beside_lookup
-        self.context = FeatureContext()  # the verified pairs this request has seen
 
-    def start(self, prompt_ids: Sequence[int], context_streams: Sequence[Sequence[int]] = ()) -> None:
-        super().start(prompt_ids, context_streams)
-        self.context = FeatureContext()
-
-    def tree(self, rows: torch.Tensor, tokens: list[int], max_tokens: int, beside_lookup: bool) -> TokenTree:
+    def tree(self, hidden: torch.Tensor, last_token: int, max_tokens: int, beside_lookup: bool) -> TokenTree:
         depth = min(self.depth, max_tokens)
         tree = TokenTree()
-        self.head.remember(self.context, rows, torch.tensor(tokens))
-        paths = self.head.draft(self.context, depth, stop_below=self.stop_below, branch_below=self.branch_below)
+        paths = self.head.draft(hidden, last_token, depth, stop_below=self.stop_below, branch_below=self.branch_below)
         add_paths(tree, paths, self.nodes_beside_lookup if beside_lookup else 2 * depth)
         return tree

@@ -2,27 +2,25 @@
 corpus reading as the Medusa heads: the verifier's hidden state and next-token distribution at
 every position, plus the corpus's own tokens.
 
-A training example is a chunk of CONTEXT consecutive positions. From each position t the head
-runs `depth` steps, each from its own previous guess (as drafting does) and the token the text has
-there, attending to the verified pairs up to t and its own earlier steps: step k predicts
-f_{t+k+1} (smooth L1 against the verifier's) and, through the LM head, the verifier's
-distribution for the token after it (cross-entropy). Held-out files measure each step's accuracy
-against the verifier's greedy token, and the chain's expected length: how many draft tokens a
-pass accepts.
+A training example starts at position t and runs the head `depth` steps, each from its own
+previous guess (as drafting does) and the token the text has there: step k predicts f_{t+k+1}
+(smooth L1 against the verifier's) and, through the LM head, the verifier's distribution for the
+token after it (cross-entropy). Held-out files measure each step's accuracy against the
+verifier's greedy token, and the chain's expected length: how many draft tokens a pass accepts.
 Resumable like the Medusa heads: the same checkpoint rules, the same batches after a restart.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
 
 from engine.medusa.data import Shard
-from engine.medusa.feature_head import CONTEXT, FeatureHead, rotate
+from engine.medusa.feature_head import FeatureHead
 from engine.medusa.train import RANKS, Evaluation, TrainConfig, TrainResult, run_training
 
 FEATURE_LOSS_WEIGHT = 1.0  # EAGLE weighs the feature regression over the token loss: it is what the next step reads
@@ -43,6 +41,11 @@ class FeatureData:
         index[vocab_ids] = torch.arange(len(vocab_ids))
         return cls(shard, token_ids, index[shard.top_ids], len(vocab_ids))
 
+    def starts(self) -> torch.Tensor:
+        """Positions whose next position is in the same window (step 0 has a target)."""
+        ids = self.shard.window_ids
+        return torch.nonzero(ids[:-1] == ids[1:]).flatten()
+
     def step_targets(self, positions: torch.Tensor, k: int):
         """Step k from `positions`: (tokens fed, target features, target distributions, mask)."""
         n = len(self.token_ids)
@@ -54,103 +57,77 @@ class FeatureData:
         return self.token_ids[at], self.shard.hidden[at].float(), dist, ok
 
 
-def _unrolled(head: FeatureHead, data: FeatureData, starts: torch.Tensor, depth: int, *, low_precision: bool = True):
-    """Run the head `depth` steps from every position of the CONTEXT-long chunks at `starts`, as
-    drafting does: each position's first step attends to the verified pairs up to it (in its
-    window), each later step also to the head's own earlier steps from that position (EAGLE-3's
-    training-time test). Yield (step, logits, predicted feature, target feature, target
-    distribution, mask), each flattened over the chunks' positions."""
-    n = len(data.token_ids)
-    index = starts[:, None] + torch.arange(CONTEXT)  # [B, L]
-    inside = index < n
-    index = index.clamp(max=n - 1)
-    window = data.shard.window_ids[index]
-    causal = torch.ones(CONTEXT, CONTEXT, dtype=torch.bool).tril()
-    # A position always sees itself, so no row of the softmax is empty (positions past the end are masked out of the loss).
-    mask = causal & (window[:, :, None] == window[:, None, :]) & inside[:, None, :] | torch.eye(CONTEXT, dtype=torch.bool)
-    positions = torch.arange(CONTEXT)
-    flat = index.flatten()
-    alive = inside.flatten()
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=low_precision and data.shard.hidden.device.type == "cpu")
-    with autocast:
-        fused = head.fused(data.shard.hidden[index].float(), data.token_ids[(index + 1).clamp(max=n - 1)])
-        keys, values = head.keys_values(fused)
-        keys = rotate(keys, positions)
-    own_keys, own_values = [], []
+def _unrolled(head: FeatureHead, data: FeatureData, positions: torch.Tensor, depth: int):
+    """Yield (step, logits, predicted feature, target feature, target distribution, mask) along the chain."""
+    feature = data.shard.hidden[positions].float()
+    alive = torch.ones(len(positions), dtype=torch.bool)
     for k in range(depth):
-        tokens, goal_feature, goal_dist, ok = data.step_targets(flat, k)
+        tokens, goal_feature, goal_dist, ok = data.step_targets(positions, k)
         alive = alive & ok
-        with autocast:
-            if k:
-                key, value = head.keys_values(fused)
-                own_keys.append(rotate(key, positions + k))
-                own_values.append(value)
-            own = [torch.stack(parts, dim=-2) if parts else keys.new_zeros(*keys.shape[:-1], 0, keys.shape[-1])
-                   for parts in (own_keys, own_values)]
-            feature = head.finish(fused, head.queries(fused, positions + k), keys, values, mask, *own)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=feature.device.type == "cpu"):
+            feature = head.step(feature, tokens)
             logits = head.logits(feature)
-        yield k, logits.flatten(0, 1).float(), feature.flatten(0, 1).float(), goal_feature, goal_dist, alive
-        if k + 1 < depth:
-            with autocast:
-                next_tokens, _, _, _ = data.step_targets(flat, k + 1)
-                fused = head.fused(feature, next_tokens.view_as(index))
+        feature = feature.float()
+        yield k, logits.float(), feature, goal_feature, goal_dist, alive
 
 
-def _per_position(logits, feature, goal_feature, goal_dist) -> torch.Tensor:
-    """Cross-entropy against the teacher plus the weighted feature regression, per position."""
-    ce = -(goal_dist * logits.log_softmax(dim=-1)).sum(dim=-1)
-    reg = torch.nn.functional.smooth_l1_loss(feature, goal_feature, reduction="none").mean(dim=-1)
-    return ce + FEATURE_LOSS_WEIGHT * reg
-
-
-def _loss(head: FeatureHead, data: FeatureData, starts: torch.Tensor, depth: int) -> torch.Tensor:
-    """Per-step mean loss [depth] over the chunks at `starts`."""
+def _loss(head: FeatureHead, data: FeatureData, positions: torch.Tensor, depth: int) -> torch.Tensor:
+    """Per-step loss [depth]: cross-entropy against the teacher plus the weighted feature regression."""
     losses = []
-    for _, logits, feature, goal_feature, goal_dist, alive in _unrolled(head, data, starts, depth):
-        per = _per_position(logits, feature, goal_feature, goal_dist)
+    for _, logits, feature, goal_feature, goal_dist, alive in _unrolled(head, data, positions, depth):
+        ce = -(goal_dist * logits.log_softmax(dim=-1)).sum(dim=-1)
+        reg = torch.nn.functional.smooth_l1_loss(feature, goal_feature, reduction="none").mean(dim=-1)
+        per = ce + FEATURE_LOSS_WEIGHT * reg
         losses.append((per * alive).sum() / alive.sum().clamp(min=1))
     return torch.stack(losses)
 
 
 @torch.no_grad()
-def held_out_figures(head: FeatureHead, data: FeatureData, depth: int, chunks: int = 8) -> tuple[Evaluation, float]:
-    """Over every position of `data`: per step, the loss and rank-r accuracy against the
-    verifier's greedy token; and the greedy chain's expected accepted length (mean run of correct steps)."""
-    n = len(data.token_ids)
-    starts = torch.arange(0, n, CONTEXT)
-    greedy = data.local_ids[:, 0]
+def evaluate_feature(head: FeatureHead, data: FeatureData, depth: int, batch: int = 512) -> Evaluation:
+    """Per step: held-out loss and rank-r accuracy against the verifier's greedy token."""
+    positions = data.starts()
     loss_sum, hits, count = torch.zeros(depth), torch.zeros(depth, RANKS), torch.zeros(depth)
-    run_total = 0.0
-    for first in range(0, len(starts), chunks):
-        batch = starts[first:first + chunks]
-        flat = (batch[:, None] + torch.arange(CONTEXT)).flatten().clamp(max=n - 1)
-        run = None
-        for k, logits, feature, goal_feature, goal_dist, alive in _unrolled(head, data, batch, depth):
-            truth = greedy[(flat + k + 1).clamp(max=n - 1)]
-            loss_sum[k] += float((_per_position(logits, feature, goal_feature, goal_dist) * alive).sum())
+    greedy = data.local_ids[:, 0]
+    n = len(data.token_ids)
+    for start in range(0, len(positions), batch):
+        pos = positions[start:start + batch]
+        loss_sum += _loss(head, data, pos, depth) * len(pos)
+        for k, logits, _, _, _, alive in _unrolled(head, data, pos, depth):
+            truth = greedy[(pos + k + 1).clamp(max=n - 1)]
             ranked = logits.topk(RANKS, dim=-1).indices
             hits[k] += ((ranked == truth[:, None]) & alive[:, None]).sum(dim=0).float()
             count[k] += alive.sum()
-            run = (alive if run is None else run & alive) & (ranked[:, 0] == truth)
-            run_total += float(run.sum())
-    evaluation = Evaluation((loss_sum / count.clamp(min=1)).tolist(), (hits / count.clamp(min=1)[:, None]).tolist(),
-                            int(count[0]))
-    return evaluation, run_total / max(float(count[0]), 1.0)
+    total = max(len(positions), 1)
+    return Evaluation((loss_sum / total).tolist(), (hits / count.clamp(min=1)[:, None]).tolist(), int(count[0]))
+
+
+def chain_length(head: FeatureHead, data: FeatureData, depth: int, batch: int = 512) -> float:
+    """Expected draft tokens a pass accepts from the greedy chain alone: the mean run of correct steps."""
+    positions = data.starts()
+    greedy = data.local_ids[:, 0]
+    n = len(data.token_ids)
+    run_total, count = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(positions), batch):
+            pos = positions[start:start + batch]
+            run = torch.ones(len(pos), dtype=torch.bool)
+            for k, logits, _, _, _, alive in _unrolled(head, data, pos, depth):
+                truth = greedy[(pos + k + 1).clamp(max=n - 1)]
+                run = run & alive & (logits.argmax(dim=-1) == truth)
+                run_total += float(run.sum())
+            count += len(pos)
+    return run_total / max(count, 1)
 
 
 def train_feature_head(head: FeatureHead, train: FeatureData, held: FeatureData, config: TrainConfig, *,
                        checkpoint: Path | None = None,
                        on_step: Callable[[int, float], None] | None = None) -> TrainResult:
-    """Train `head` (attached to the verifier) for `config.steps` steps of `config.num_heads`-step
-    chains, `config.batch` positions a step (in chunks of CONTEXT)."""
+    """Train `head` (attached to the verifier) for `config.steps` steps of `config.num_heads`-step chains."""
     started = time.monotonic()
     depth = config.num_heads
-    chunked = replace(config, batch=max(1, config.batch // CONTEXT))
-    starts = torch.arange(max(1, len(train.token_ids) - CONTEXT + 1))
-    state = run_training(head, starts, lambda batch: _loss(head, train, batch, depth).mean(),
-                         lambda: held_out_figures(head, held, depth)[0], chunked, checkpoint=checkpoint,
-                         on_step=on_step)
-    after, chain = held_out_figures(head, held, depth)
-    return TrainResult(head, Evaluation(**state["before"]), after, [], 1.0 + chain,
+    state = run_training(head, train.starts(), lambda pos: _loss(head, train, pos, depth).mean(),
+                         lambda: evaluate_feature(head, held, depth), config, checkpoint=checkpoint, on_step=on_step)
+    after = evaluate_feature(head, held, depth)
+    return TrainResult(head, Evaluation(**state["before"]), after, [], 1.0 + chain_length(head, held, depth),
                        state["step"], time.monotonic() - started, state["log"],
                        (state.get("best") or {}).get("step", state["step"]))

@@ -48,8 +48,6 @@ def fit_heads(model, tokenizer, model_name: str, *, corpus: Sequence[str | Path]
     reading = {"corpus": [str(Path(p).resolve()) for p in corpus], "window": config.window,
                "max_tokens": config.max_tokens, "fingerprint": fingerprint(model.get_output_embeddings().weight)}
     settings = {**reading, "kind": kind, "config": config.key()}
-    if kind == "feature":  # a head of an earlier design is trained again
-        settings["format"] = FeatureHead.format
     done = read_manifest(folder)
     if not fresh and done is not None and done.get("settings") == settings:
         return folder, done, False

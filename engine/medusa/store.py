@@ -58,7 +58,7 @@ def save_heads(folder: Path, heads: "MedusaHeads | FeatureHead", manifest: dict)
     tensors = {name: value.detach().float().cpu().contiguous() for name, value in heads.state_dict().items()}
     tensors["vocab_ids"] = heads.vocab_ids.cpu()
     save_file(tensors, str(folder / WEIGHTS))
-    manifest = {**manifest, "kind": heads.kind, "format": getattr(heads, "format", 1), "num_heads": heads.num_heads, "hidden_size": heads.hidden_size,
+    manifest = {**manifest, "kind": heads.kind, "num_heads": heads.num_heads, "hidden_size": heads.hidden_size,
                 "vocab_size": len(heads.vocab_ids), "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
     tmp = folder / (MANIFEST + ".partial")
     tmp.write_text(json.dumps(manifest, indent=2))
@@ -92,7 +92,6 @@ def load_heads(folder: Path, model) -> LoadedHeads:
     """Heads from `folder`, attached to `model`'s LM head; refuses heads trained for another model."""
     from safetensors.torch import load_file
 
-    from engine.medusa.feature_head import FORMAT as FEATURE_FORMAT
     from engine.medusa.feature_head import FeatureHead
     from engine.medusa.heads import MedusaHeads, fingerprint
 
@@ -109,9 +108,6 @@ def load_heads(folder: Path, model) -> LoadedHeads:
         raise ModelError(f"the heads in {folder} cannot be read ({error}); train them again with "
                          f"quickdraft heads train --fresh") from None
     if manifest.get("kind", "medusa") == "feature":
-        if manifest.get("format", 1) != FEATURE_FORMAT:
-            raise ModelError(f"the feature head in {folder} was trained by an earlier quickdraft (a head without "
-                             f"attention); train it again with quickdraft heads train --kind feature")
         heads = FeatureHead(manifest["hidden_size"], tensors.pop("vocab_ids"), tensors["up.weight"].shape[0])
     else:
         heads = MedusaHeads(manifest["hidden_size"], manifest["num_heads"], tensors.pop("vocab_ids"))

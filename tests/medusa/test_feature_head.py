@@ -13,13 +13,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from engine.decoding.decoder import GenerationConfig, SpeculativeDecoder
 from engine.drafters import FeatureDrafter, MedusaDrafter, make_drafter
 from engine.medusa.data import Shard
-from engine.medusa.feature_head import FeatureContext, FeatureHead, rotate
-from engine.medusa.feature_train import FeatureData, _unrolled, train_feature_head
+from engine.medusa.feature_head import FeatureHead
+from engine.medusa.feature_train import FeatureData, train_feature_head
 from engine.medusa.store import LoadedHeads, find_heads, heads_dir
 from engine.medusa.train import TrainConfig
 from engine.models.tiny import write_tiny_model
 from lsp_server.cli import main
-from support.tiny_models import random_feature_head, random_heads
+from support.tiny_models import random_heads
 from test_medusa import assert_resumes_as_if_never_stopped, synthetic_module, taught  # noqa: F401 (taught: a fixture)
 
 
@@ -98,51 +98,13 @@ def test_feature_training_resumes_where_it_stopped(tmp_path):
 
 def test_an_untrained_feature_head_repeats_the_feature_it_was_given():
     generator = torch.Generator().manual_seed(0)
-    lm_head = torch.randn(32, 16, generator=generator)
-    head = FeatureHead(16, torch.arange(32)).attach(lm_head, torch.randn(32, 16, generator=generator))
-    features = torch.randn(3, 16, generator=generator)
-    context = FeatureContext()
-    head.remember(context, features, torch.tensor([1, 2, 3]))
-    repeated = int(lm_head.mv(features[-1]).argmax())
-    paths = head.draft(context, depth=3)
-    assert paths[0] == [repeated] * 3 and [len(p) for p in paths[1:]] == [1, 2, 3]  # the chain, then runners-up
-    assert head.draft(context, depth=3, stop_below=1.0, branch_below=0.0) == [paths[0][:1]]  # unsure: one step
-    assert head.draft(FeatureContext(), depth=3) == [[]]  # nothing verified yet: nothing to draft
-
-
-def random_attention_head(hidden: int, vocab: int, seed: int) -> FeatureHead:
-    generator = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    head = FeatureHead(hidden, torch.arange(vocab))
-    with torch.no_grad():
-        for layer in (head.out, head.up, head.down):
-            layer.weight.copy_(torch.randn(layer.weight.shape, generator=generator) * 0.3)
-    return head.attach(torch.randn(vocab, hidden, generator=generator), torch.randn(vocab, hidden, generator=generator))
-
-
-def test_drafting_computes_what_training_computes():
-    """Step k drafted from the pairs remembered up to t is step k of training's chunk at t: the same
-    attention over verified pairs and own steps, at the same relative positions."""
-    head = random_attention_head(hidden=128, vocab=40, seed=3)  # two attention heads of 64
-    data = fake_data(1, 30, 128, 40, seed=4)
-    t, depth = 20, 3
-    context = FeatureContext()
-    head.remember(context, data.shard.hidden[:t - 6], data.token_ids[1:t - 5])  # remembered over two passes
-    head.remember(context, data.shard.hidden[t - 6:t + 1], data.token_ids[t - 5:t + 2])
-    chain = head.draft(context, depth)[0]
-    data.token_ids[t + 2:t + 1 + depth] = torch.tensor(chain[:depth - 1])  # training feeds the text: make it the draft's
-    steps = list(_unrolled(head, data, torch.tensor([0]), depth, low_precision=False))
-    assert [int(logits[t].argmax()) for _, logits, *_ in steps] == chain
-    with torch.inference_mode():  # and the first step's logits themselves, up to float rounding
-        fused = head.fused(data.shard.hidden[:t + 1], data.token_ids[1:t + 2])
-        keys, values = head.keys_values(fused)
-        mask = torch.ones(1, 1, t + 1, dtype=torch.bool)
-        own = torch.zeros(1, keys.shape[0], 1, 0, keys.shape[-1])
-        first = head.logits(head.finish(fused[None, -1:], head.queries(fused[None, -1:], torch.tensor([t])),
-                                        rotate(keys, torch.arange(t + 1))[None], values[None], mask, own, own))[0, 0]
-    expected = steps[0][1][t]
-    expected = expected.detach()
-    assert torch.allclose(first, expected, rtol=1e-4, atol=1e-4 * float(expected.abs().max()))
+    head = FeatureHead(16, torch.arange(32)).attach(torch.randn(32, 16, generator=generator),
+                                                    torch.randn(32, 16, generator=generator))
+    feature = torch.randn(3, 16, generator=generator)
+    assert torch.allclose(head.step(feature, torch.tensor([1, 2, 3])), feature)
+    paths = head.draft(feature[0], 5, depth=3)
+    assert len(paths[0]) == 3 and [len(p) for p in paths[1:]] == [1, 2, 3]  # the chain, then runners-up
+    assert head.draft(feature[0], 5, depth=3, stop_below=1.0, branch_below=0.0) == [paths[0][:1]]  # unsure: one step
 
 
 def test_a_head_for_another_model_is_refused(taught, tmp_path):  # noqa: F811
@@ -158,36 +120,3 @@ def test_a_head_for_another_model_is_refused(taught, tmp_path):  # noqa: F811
     save_heads(folder, head, {"model": str(directory), "fingerprint": fingerprint(model.lm_head.weight)})
     assert isinstance(find_heads(str(directory), model, tmp_path, kind="feature"), LoadedHeads)
     assert find_heads(str(directory), other, tmp_path, kind="feature") is None
-
-
-class RecordingDrafter(FeatureDrafter):
-    """Remembers the tokens of its latest proposal, to check what it remembered then."""
-
-    def propose(self, tokens, max_tokens, sampling):
-        self.seen = list(tokens)
-        return super().propose(tokens, max_tokens, sampling)
-
-
-def test_the_drafter_remembers_the_verifiers_states_for_exactly_the_tokens_it_accepted(taught):  # noqa: F811
-    directory, corpus = taught
-    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(directory)
-    head = random_feature_head(model, seed=2).heads
-    prompt = tokenizer(synthetic_module(random.Random(7))[:300])["input_ids"]
-    # The head's chains alone (a random head: mostly one row a pass), and trees with lookup's
-    # branches, which the verifier accepts several tokens of at a time.
-    for lookup in (None, make_drafter("lookup-tree", None)):
-        drafter = RecordingDrafter(model, head, lookup=lookup)
-        result = run(model, drafter, prompt)
-        assert result.token_ids == run(model, None, prompt).token_ids
-        assert lookup is None or result.stats.accepted > result.stats.verifier_passes / 2
-        tokens = torch.tensor(drafter.seen)
-        with torch.inference_mode():
-            states = model.get_decoder()(input_ids=tokens[None]).last_hidden_state[0]
-        expected = FeatureContext()
-        head.remember(expected, states[:-1], tokens[1:])
-        remembered = len(drafter.context)
-        assert remembered > 4
-        for got, want in ((drafter.context.keys, expected.keys[:, -remembered:]),
-                          (drafter.context.values, expected.values[:, -remembered:])):
-            assert torch.allclose(got, want, rtol=1e-3, atol=1e-3 * float(want.abs().max()))

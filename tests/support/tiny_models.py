@@ -43,7 +43,7 @@ def random_feature_head(verifier, seed: int) -> LoadedHeads:
     generator = torch.Generator().manual_seed(seed)
     head = FeatureHead(verifier.config.hidden_size, torch.arange(verifier.config.vocab_size))
     with torch.no_grad():
-        for layer in (head.out, head.up, head.down):
+        for layer in (head.up, head.down):
             layer.weight.copy_(torch.randn(layer.weight.shape, generator=generator) * 0.1)
     head.attach(verifier.lm_head.weight, verifier.get_input_embeddings().weight)
     return LoadedHeads(head, {"kind": "feature"}, Path("."))
