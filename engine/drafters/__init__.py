@@ -51,9 +51,10 @@ def make_drafter(mode: str, draft_model=None, config: DrafterConfig | None = Non
             raise ModelError(f"drafter {mode!r} needs trained heads for the verifier; run quickdraft heads train "
                              f"--model VERIFIER{' --kind feature' if mode == 'feature' else ''}, "
                              f"or choose --drafter lookup")
+        beside = {} if config.head_nodes_beside_lookup is None else {"nodes_beside_lookup": config.head_nodes_beside_lookup}
         if mode == "feature":
-            return FeatureDrafter(verifier, trained.heads, lookup=lookup)
-        return MedusaDrafter(verifier, trained.heads, trained.choices, lookup=lookup)
+            return FeatureDrafter(verifier, trained.heads, lookup=lookup, **beside)
+        return MedusaDrafter(verifier, trained.heads, trained.choices, lookup=lookup, **beside)
     if mode == "draft" and draft_model is None:
         raise ModelError("drafter 'draft' needs a draft model; pass --draft or choose --drafter lookup")
     model_drafter = None

@@ -13,3 +13,7 @@ class DrafterConfig:
     hybrid_min_match: int = 2  # hybrid: the shortest lookup match that preempts the draft model
     confidence_threshold: float = 0.4  # the draft model stops drafting below this probability
     draft_initial_length: int = 4  # the draft model's first draft length (it then adapts)
+    # hybrid with trained heads: at most this many of the heads' nodes where lookup has candidates
+    # too (on a CPU every node costs pass time; where lookup has none, the heads draft in full).
+    # None: each kind's own (engine/drafters/medusa.py).
+    head_nodes_beside_lookup: int | None = None

@@ -16,7 +16,7 @@ from engine.errors import ModelError
 from engine.decoding.verify import SamplingParams
 
 from test_decoder_exact import prompts, reference
-from support.tiny_models import TINY_VOCAB, random_heads
+from support.tiny_models import TINY_VOCAB, random_feature_head, random_heads
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -74,6 +74,17 @@ def test_medusa_needs_heads(verifier):
     with pytest.raises(ModelError, match="heads train"):
         make_drafter("medusa", None, verifier=verifier)
     assert type(make_drafter("hybrid", None)).__name__ == "HybridDrafter"  # no heads: lookup's chain
+
+
+def test_hybrid_takes_how_many_head_nodes_go_beside_lookup_from_its_config(verifier):
+    heads, feature = random_heads(verifier, seed=0), random_feature_head(verifier, seed=0)
+    shipped = make_drafter("hybrid", None, verifier=verifier, heads=heads, feature_head=feature)
+    tuned = make_drafter("hybrid", None, DrafterConfig(head_nodes_beside_lookup=0), verifier=verifier,
+                         heads=heads, feature_head=feature)
+    assert shipped.nodes_beside_lookup == 4 and tuned.nodes_beside_lookup == 0
+    medusa = make_drafter("hybrid", None, DrafterConfig(head_nodes_beside_lookup=2), verifier=verifier, heads=heads)
+    assert medusa.nodes_beside_lookup == 2
+    assert make_drafter("hybrid", None, verifier=verifier, heads=heads).nodes_beside_lookup == 6
 
 
 def test_prompt_lookup_keeps_the_index_of_a_stream_it_had_before():
