@@ -66,10 +66,11 @@ def _train(args: argparse.Namespace) -> int:
                                               config=config, fresh=args.fresh, kind=args.kind)
     except (FileNotFoundError, ValueError) as error:
         raise ModelError(str(error)) from None
-    except OSError as error:  # a full disk while writing the corpus reading, a checkpoint or the heads
+    except OSError as error:  # e.g. a full disk while writing the corpus reading, a checkpoint or the heads
         where = error.filename or "the heads' files under QUICKDRAFT_HOME"
-        raise ModelError(f"cannot write {where}: {error.strerror or error}; make room and run the same command "
-                         f"again (what is complete is kept, nothing half-written is used)") from None
+        raise ModelError(f"training stopped at {where}: {error.strerror or error}; make room (or fix its "
+                         f"permissions) and run the same command again (what is complete is kept, nothing "
+                         f"half-written is used)") from None
     if args.json:
         json.dump(manifest, sys.stdout, indent=2)
         print()
