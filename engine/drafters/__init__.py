@@ -51,7 +51,9 @@ def make_drafter(mode: str, draft_model=None, config: DrafterConfig | None = Non
             raise ModelError(f"drafter {mode!r} needs trained heads for the verifier; run quickdraft heads train "
                              f"--model VERIFIER{' --kind feature' if mode == 'feature' else ''}, "
                              f"or choose --drafter lookup")
-        beside = {} if config.head_nodes_beside_lookup is None else {"nodes_beside_lookup": config.head_nodes_beside_lookup}
+        beside = {}  # each kind's own default unless the config says
+        if config.head_nodes_beside_lookup is not None:
+            beside["nodes_beside_lookup"] = config.head_nodes_beside_lookup
         if mode == "feature":
             return FeatureDrafter(verifier, trained.heads, lookup=lookup, **beside)
         return MedusaDrafter(verifier, trained.heads, trained.choices, lookup=lookup, **beside)
