@@ -383,7 +383,8 @@ class CompletionEngine:
 
     def prompt_for(self, request: CompletionRequest, cursor: Cursor | None = None) -> Prompt:
         """The request's prompt: anchored while the user types at the anchor, else fresh."""
-        return self.prompts.prompt(cursor or self.cursor(request), request.path, request.other_documents)
+        return self.prompts.prompt(cursor or self.cursor(request), request.path, request.other_documents,
+                                   cached=self.decoder.kv.tokens)
 
     @torch.inference_mode()
     def _run(self, prompt_ids, config, streams, cancel, on_text, on_deadline=None, on_line=None) -> GenerationResult:

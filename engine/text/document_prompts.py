@@ -7,6 +7,7 @@ window starts, and the last completion's tokens (the likeliest draft for what fo
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass, replace
 from typing import Sequence
 
@@ -71,13 +72,17 @@ class DocumentPrompts:
         self._window_starts.clear()
         self.crossfile.forget()
 
-    def prompt(self, cursor: Cursor, path: str | None, other_documents: Sequence[tuple[str, str]] = ()) -> Prompt:
-        """The anchored prompt while the user types at the anchor; else a fresh one, which anchors."""
+    def prompt(self, cursor: Cursor, path: str | None, other_documents: Sequence[tuple[str, str]] = (),
+               cached: Sequence[int] | None = None) -> Prompt:
+        """The anchored prompt while the user types at the anchor; else a fresh one, which anchors.
+
+        `cached`: the tokens the model's KV cache holds (None: unknown, as for a remote server).
+        """
         key = path or ""
         anchor = self.anchors.get(key)
         typed = typed_since(anchor, key, cursor.prefix, cursor.suffix) if anchor is not None else None
         if typed is None:
-            parts = self.fresh(cursor, path, other_documents)
+            parts = self.fresh(cursor, path, other_documents, cached)
             anchor = Anchor(key, cursor.prefix, cursor.suffix, parts.token_ids, parts.token_streams, parts.healed)
             self.anchors[key] = anchor
             typed = ""
@@ -89,32 +94,36 @@ class DocumentPrompts:
         streams = [*anchor.token_streams, self.last_output.get(key, [])]
         return Prompt(ids, streams, anchored=bool(typed), healed=healed)
 
-    def fresh(self, cursor: Cursor, path: str | None, other_documents: Sequence[tuple[str, str]] = ()) -> PromptParts:
+    def fresh(self, cursor: Cursor, path: str | None, other_documents: Sequence[tuple[str, str]] = (),
+              cached: Sequence[int] | None = None) -> PromptParts:
         """Build the FIM prompt, keeping the prefix window's start where it was if it still fits.
 
         A window cut fresh at every anchor would start one token later each time the
         prefix outgrows its budget, and a prompt that changes at its start reuses no KV
         cache at all. So the start sticks (up to 25 % over budget), and moves in jumps.
         A window cut fresh is cold: it gets `cold_prefix_tokens`, and grows from there.
+        A kept start pays only while the cache holds its window: where the cache lacks more
+        of it than of a window cut afresh (a jump far down the file, or back to a file whose
+        window another file's prompt has displaced), the fresh window is cut.
         """
         budget, prefix, key = self.budget, cursor.prefix, path or ""
         documents = self.crossfile.documents(path, prefix, other_documents, budget.other_documents_tokens)
-        start = self._window_starts.get(key)
-        if start is not None and 0 < start <= len(prefix):
-            stretched = replace(budget, prefix_tokens=budget.prefix_tokens * 5 // 4)
-            parts = build_prompt(self.tokenizer, self.template, prefix[start:], cursor.suffix, path=path,
-                                 other_documents=documents, budget=stretched, heal=self.heal)
-            if not parts.prefix_truncated:
-                return self._with_lookup_streams(parts, path, other_documents)
         if budget.cold_prefix_tokens:  # a new window: no cache holds it
             budget = replace(budget, prefix_tokens=min(budget.prefix_tokens, budget.cold_prefix_tokens))
-        parts = build_prompt(self.tokenizer, self.template, prefix, cursor.suffix, path=path,
-                             other_documents=documents, budget=budget, heal=self.heal)
-        if parts.prefix_truncated:
-            self._window_starts[key] = len(prefix) - len(parts.prefix)
+        cut = build_prompt(self.tokenizer, self.template, prefix, cursor.suffix, path=path,
+                           other_documents=documents, budget=budget, heal=self.heal)
+        start = self._window_starts.get(key)
+        if start is not None and 0 < start <= len(prefix):
+            stretched = replace(self.budget, prefix_tokens=self.budget.prefix_tokens * 5 // 4)
+            kept = build_prompt(self.tokenizer, self.template, prefix[start:], cursor.suffix, path=path,
+                                other_documents=documents, budget=stretched, heal=self.heal)
+            if not kept.prefix_truncated and (cached is None or _to_feed(kept, cached) <= _to_feed(cut, cached)):
+                return self._with_lookup_streams(kept, path, other_documents)
+        if cut.prefix_truncated:
+            self._window_starts[key] = len(prefix) - len(cut.prefix)
         else:
             self._window_starts.pop(key, None)
-        return self._with_lookup_streams(parts, path, other_documents)
+        return self._with_lookup_streams(cut, path, other_documents)
 
     def _with_lookup_streams(self, parts: PromptParts, path: str | None,
                              other_documents: Sequence[tuple[str, str]]) -> PromptParts:
@@ -124,6 +133,11 @@ class DocumentPrompts:
             if doc_path not in in_prompt and doc_path != path:
                 parts.token_streams.append(_lookup_stream(self.tokenizer, text[:LOOKUP_DOCUMENT_CHARS]))
         return parts
+
+
+def _to_feed(parts: PromptParts, cached: Sequence[int]) -> int:
+    """Prompt tokens a model whose cache holds `cached` would still have to read."""
+    return len(parts.token_ids) - len(os.path.commonprefix([list(cached), parts.token_ids]))  # any sequences
 
 
 @functools.lru_cache(maxsize=32)

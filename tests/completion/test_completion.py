@@ -109,21 +109,44 @@ def test_empty_prompt_is_refused(engine):
 
 def test_a_cold_window_starts_short_then_grows_with_its_cache_kept(tiny_model_dir):
     verifier = load_model(str(tiny_model_dir), dtype="float32", device="cpu")
-    budget = ContextBudget(prefix_tokens=96, suffix_tokens=16, other_documents_tokens=0, cold_prefix_tokens=32)
+    budget = ContextBudget(prefix_tokens=96, suffix_tokens=16, other_documents_tokens=0, cold_prefix_tokens=48)
     engine = CompletionEngine(verifier, None, drafter="lookup", context_budget=budget)
     prefix = LONG_PREFIX + "def next_one("
     cold = engine.complete(CompletionRequest(prefix=prefix, path="/w/c.py", max_new_tokens=2))
-    assert cold.prompt_tokens <= 32 + 4  # the short window and the FIM control tokens
-    # The cursor moves on (a new anchor): the window keeps its start and grows, its cache reused.
-    prefix += "value):\n    return value + 1\n\ndef after("
+    assert cold.prompt_tokens <= 48 + 4  # the short window and the FIM control tokens
+    # The cursor moves on (a new anchor), less far than a cold window is long: the window keeps its
+    # start and grows, its cache reused.
+    prefix += "value):\n    return value\n\ndef after("
     grown = engine.complete(CompletionRequest(prefix=prefix, suffix="\n# end\n", path="/w/c.py", max_new_tokens=2))
     assert grown.prompt_tokens > cold.prompt_tokens + 10
     assert grown.stats.reused_tokens >= cold.prompt_tokens - 2  # all but the tail of the old prompt
     # Past the full budget's slack a fresh window is cut: cold again, so short again.
     prefix += "pass\n" + "y = 2\n" * 40
     recut = engine.complete(CompletionRequest(prefix=prefix, suffix="\n# end\n", path="/w/c.py", max_new_tokens=2))
-    assert recut.prompt_tokens <= 32 + 16 + 4
+    assert recut.prompt_tokens <= 48 + 16 + 4
     # Without a cold window the first prompt takes the full budget.
     engine.context_budget = ContextBudget(prefix_tokens=96, suffix_tokens=16, other_documents_tokens=0)
     full = engine.complete(CompletionRequest(prefix=LONG_PREFIX + "def next_one(", path="/w/e.py", max_new_tokens=2))
-    assert full.prompt_tokens > 2 * 32
+    assert full.prompt_tokens > 80
+
+
+def test_a_jump_the_cache_does_not_hold_cuts_a_cold_window_rather_than_feed_the_kept_one(tiny_model_dir):
+    verifier = load_model(str(tiny_model_dir), dtype="float32", device="cpu")
+    budget = ContextBudget(prefix_tokens=160, suffix_tokens=16, other_documents_tokens=0, cold_prefix_tokens=48)
+    engine = CompletionEngine(verifier, None, drafter="lookup", context_budget=budget)
+    cold_tokens = 48 + 16 + 4  # the short window, the suffix and the FIM control tokens
+    prefix = LONG_PREFIX + "def next_one("
+    engine.complete(CompletionRequest(prefix=prefix, path="/w/j.py", max_new_tokens=2))
+    # A short step on keeps the window: its cache holds all but the step.
+    step = prefix + "value):\n    return value\n\ndef after("
+    kept = engine.complete(CompletionRequest(prefix=step, suffix="\n# end\n", path="/w/j.py", max_new_tokens=2))
+    assert kept.prompt_tokens > cold_tokens and kept.stats.prefill_tokens < cold_tokens / 2
+    # A jump further down, inside the kept window's slack: feeding the lines between would cost
+    # more than a cold window, so a cold window is cut.
+    jump = step + "x):\n    return x\n\n" + "".join(f"z_{i} = {i}\n" for i in range(12)) + "def far("
+    far = engine.complete(CompletionRequest(prefix=jump, suffix="):\n    pass\n", path="/w/j.py", max_new_tokens=2))
+    assert far.prompt_tokens <= cold_tokens
+    # Another file's prompt displaces this one's from the cache; coming back cuts a cold window too.
+    engine.complete(CompletionRequest(prefix=LONG_PREFIX + "def elsewhere(", path="/w/other.py", max_new_tokens=2))
+    back = engine.complete(CompletionRequest(prefix=jump, suffix="):\n    pass\n", path="/w/j.py", max_new_tokens=2))
+    assert back.prompt_tokens <= cold_tokens and back.stats.reused_tokens <= cold_tokens / 4
