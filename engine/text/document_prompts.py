@@ -76,7 +76,8 @@ class DocumentPrompts:
                cached: Sequence[int] | None = None) -> Prompt:
         """The anchored prompt while the user types at the anchor; else a fresh one, which anchors.
 
-        `cached`: the tokens the model's KV cache holds (None: unknown, as for a remote server).
+        `cached`: the tokens the model's KV cache holds (the engine passes them; None: not known,
+        and a kept window start always sticks).
         """
         key = path or ""
         anchor = self.anchors.get(key)
