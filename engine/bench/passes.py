@@ -7,6 +7,8 @@ model's does. In one process, for each model:
 - per pass of k+1 ∈ {1, 2, 4, 8, 16} tokens at 512 and 2,048 tokens of context: `eager`
   (the dynamic cache, Hugging Face's forward as the CPU runs it) against `fast` (the static
   cache; on CUDA its passes replay captured graphs; elsewhere the same bucketed computation);
+  on the CPU also `decode`: the eager path with the attention CPU models are loaded with
+  (engine/models/cpu_attention.py; eager and fast run SDPA);
 - a draft token as the draft model makes it (one-token pass, softmax, argmax to the host);
 - prefill tokens/s (a whole context in one forward, and in the decoder's 128-token chunks);
 - 64-token decodes replayed with a fixed acceptance pattern (τ as measured on the CPU with the
@@ -29,6 +31,8 @@ from engine.bench.model_configs import DRAFT, VERIFIERS, config_for
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.decoding.kv import PREFILL_CHUNK, KVCache
 from engine.decoding.kv_static import BUCKETS, StaticKVCache
+from engine.models import cpu_attention
+from engine.models.cpu_attention import attention_implementation
 from engine.models.quantize import quantize_int8
 from engine.decoding.verify import SamplingParams, greedy_accept
 
@@ -119,6 +123,9 @@ def measure_passes(name: str, model, config: PassesBenchConfig, timer: Timer, rn
     """Per-pass, draft-token and prefill figures of one model, eager against fast."""
     by_path = caches(model, config)
     warmup_s = by_path["fast"].warm()
+    attention = {"eager": "sdpa", "fast": "sdpa"}  # per path
+    if torch.device(config.device).type == "cpu":
+        attention["decode"] = cpu_attention.NAME
     records, draft_steps, prefills = [], [], []
     for context in config.contexts:
         prompt = random_tokens(model, context, rng)
@@ -132,11 +139,13 @@ def measure_passes(name: str, model, config: PassesBenchConfig, timer: Timer, rn
                              "eager_tokens_per_s": context / prefill_ms["eager", chunk] * 1000,
                              "fast_tokens_per_s": context / prefill_ms["fast", chunk] * 1000})
         for size in config.sizes:
-            times: dict[str, list[float]] = {"eager": [], "fast": []}
+            times: dict[str, list[float]] = {path: [] for path in attention}
             for repeat in range(config.repeats + 2):  # two untimed: allocator and kernel choice settle
                 fed = random_tokens(model, size, rng)
-                for path, cache in by_path.items():
-                    elapsed = timer(lambda: cache.forward(fed))
+                for path, implementation in attention.items():
+                    cache = by_path["eager" if path == "decode" else path]
+                    with attention_implementation(model, implementation):
+                        elapsed = timer(lambda: cache.forward(fed))
                     cache.crop(context)
                     if repeat >= 2:
                         times[path].append(elapsed)
@@ -158,9 +167,13 @@ def measure_passes(name: str, model, config: PassesBenchConfig, timer: Timer, rn
 
 def _record(name: str, context: int, size: int, times: dict[str, list[float]]) -> dict:
     eager, fast = statistics.median(times["eager"]), statistics.median(times["fast"])
-    return {"model": name, "context": context, "pass_tokens": size, "k": size - 1, "eager_ms": eager,
-            "fast_ms": fast, "speedup": eager / fast if fast > 0 else None,
-            "eager_ms_p90": _p90(times["eager"]), "fast_ms_p90": _p90(times["fast"])}
+    record = {"model": name, "context": context, "pass_tokens": size, "k": size - 1, "eager_ms": eager,
+              "fast_ms": fast, "speedup": eager / fast if fast > 0 else None,
+              "eager_ms_p90": _p90(times["eager"]), "fast_ms_p90": _p90(times["fast"])}
+    if times.get("decode"):
+        record["decode_ms"] = statistics.median(times["decode"])
+        record["decode_speedup"] = eager / record["decode_ms"]
+    return record
 
 
 def _p90(values: list[float]) -> float:
@@ -345,6 +358,11 @@ def format_table(result: dict) -> str:
     lines += _table(("model", "context", "k+1", "eager ms", "fast ms", "speedup"),
                     [(r["model"], r["context"], r["pass_tokens"], _ms(r["eager_ms"]), _ms(r["fast_ms"]),
                       f"{r['speedup']:.1f}×") for r in result["records"]])
+    decode = [r for r in result["records"] if "decode_ms" in r]
+    if decode:
+        lines += _table(("decode attention", "context", "k+1", "sdpa ms", "decode ms", "speedup"),
+                        [(r["model"], r["context"], r["pass_tokens"], _ms(r["eager_ms"]), _ms(r["decode_ms"]),
+                          f"{r['decode_speedup']:.2f}×") for r in decode])
     lines += _table(("draft token", "context", "eager ms", "fast ms"),
                     [(d["model"], d["context"], _ms(d["eager_ms"]), _ms(d["fast_ms"])) for d in result["draft_steps"]])
     lines += _table(("prefill", "context", "chunk", "eager tok/s", "fast tok/s"),

@@ -238,6 +238,10 @@ def load_model(
         from engine.models.quantize import quantize_int8
 
         quantize_int8(model)
+    if torch_device.type == "cpu":
+        from engine.models.cpu_attention import use_decode_attention
+
+        use_decode_attention(model)
     load_ms = (time.perf_counter() - started) * 1000
     loaded = LoadedModel(model, tokenizer, name, model_path, torch_device, torch_dtype, load_ms, int8)
     log.info("loaded %s (%s, %s) in %.0f ms", name, loaded.precision, torch_device, load_ms)

@@ -26,6 +26,7 @@ def test_quick_run_writes_every_figure(tmp_path, capsys):
     expected = {(m, c, k) for m in models for c in config["contexts"] for k in (1, 2, 4, 8, 16)}
     assert {(r["model"], r["context"], r["pass_tokens"]) for r in result["records"]} == expected
     assert all(r["eager_ms"] > 0 and r["fast_ms"] > 0 for r in result["records"])
+    assert all(r["decode_ms"] > 0 for r in result["records"])  # the CPU's decode attention, beside SDPA
     assert {(d["model"], d["context"]) for d in result["draft_steps"]} == {(m, c) for m in models
                                                                             for c in config["contexts"]}
     assert all(p["eager_tokens_per_s"] > 0 and p["fast_tokens_per_s"] > 0 for p in result["prefill"])
@@ -38,7 +39,7 @@ def test_quick_run_writes_every_figure(tmp_path, capsys):
         assert abs(config["new_tokens"] / replays[name]["passes"] - replays[name]["tau"]) < 0.5
     assert result["targets"] == []  # the H200 targets are only judged on CUDA
     table = capsys.readouterr().out
-    assert "k+1" in table and "replayed decode" in table and "passes.json" in table
+    assert "k+1" in table and "decode attention" in table and "replayed decode" in table and "passes.json" in table
 
 
 def test_int8_weights_are_measured_and_said(tmp_path, capsys):
