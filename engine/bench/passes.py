@@ -31,8 +31,7 @@ from engine.bench.model_configs import DRAFT, VERIFIERS, config_for
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.decoding.kv import PREFILL_CHUNK, KVCache
 from engine.decoding.kv_static import BUCKETS, StaticKVCache
-from engine.models import cpu_attention
-from engine.models.cpu_attention import attention_implementation
+from engine.models.cpu_attention import NAME as DECODE_ATTENTION, attention_implementation
 from engine.models.quantize import quantize_int8
 from engine.decoding.verify import SamplingParams, greedy_accept
 
@@ -123,9 +122,9 @@ def measure_passes(name: str, model, config: PassesBenchConfig, timer: Timer, rn
     """Per-pass, draft-token and prefill figures of one model, eager against fast."""
     by_path = caches(model, config)
     warmup_s = by_path["fast"].warm()
-    attention = {"eager": "sdpa", "fast": "sdpa"}  # per path
+    attention = {"eager": "sdpa", "fast": "sdpa"}  # each path's attention
     if torch.device(config.device).type == "cpu":
-        attention["decode"] = cpu_attention.NAME
+        attention["decode"] = DECODE_ATTENTION  # the eager cache, attending as CPU models are loaded
     records, draft_steps, prefills = [], [], []
     for context in config.contexts:
         prompt = random_tokens(model, context, rng)

@@ -55,8 +55,9 @@ class GenerationConfig:
     eos_token_ids: Sequence[int] = ()
     stop_strings: Sequence[str] = ()
     deadline: float | None = None  # time.monotonic() value; the verified text so far is returned then
-    # Tokens per prefill forward, the grain at which a cold prefill can be cancelled. None:
-    # one forward, as Hugging Face's generate does (in bf16 chunks round slightly differently).
+    # Tokens per prefill forward (engine/decoding/kv.py, `chunk_end`): the grain of the work a
+    # cancelled prefill keeps. None: one forward, as Hugging Face's generate does (in bf16
+    # chunks round slightly differently).
     prefill_chunk: int | None = PREFILL_CHUNK
     # The most prompt tokens the first pass feeds with its draft; a longer rest is prefilled
     # first but its last token (None: no limit). int8 weights make long passes dear.

@@ -18,7 +18,8 @@ from transformers import DynamicCache
 
 from engine.models.quantize import float_weights
 
-PREFILL_CHUNK = 128  # tokens per prefill forward: the grain at which a cold prefill can be cancelled
+PREFILL_CHUNK = 128  # tokens per prefill forward (a last one takes up to half as many more): the grain
+# of the work a cancelled prefill keeps
 
 ShouldStop = Callable[[], bool]
 
@@ -33,6 +34,13 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+def chunk_end(start: int, end: int, step: int) -> int:
+    """Where the prefill chunk from `start` ends: `step` tokens on, or at `end` when what would
+    be left is a short tail. Every forward reads all the weights once, so a tail costs nearly a
+    chunk's time for a few tokens (a cold 140-token window: 454 ms as 128 + 12, 362 ms as one)."""
+    return end if end - start <= step + step // 2 else start + step
 
 
 class LayerCheckpoints:
@@ -150,7 +158,7 @@ class KVCache:
                 if should_stop is not None and should_stop():
                     return None, len(self.tokens) - start
                 try:
-                    logits = self.forward(tokens[len(self.tokens):min(len(self.tokens) + step, end)],
+                    logits = self.forward(tokens[len(self.tokens):chunk_end(len(self.tokens), end, step)],
                                           logits_for=1, should_stop=should_stop)[-1]
                 except PassCancelled:
                     return None, len(self.tokens) - start

@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from engine.decoding.kv import KVCache
+from engine.decoding.kv import KVCache, chunk_end
 from engine.decoding.kv_static import BUCKETS, PassCancelled, StaticKVCache, cache_factory
 from engine.decoding.verify import SamplingParams, greedy_decision, speculative_decision
 
@@ -107,6 +107,24 @@ def test_a_cancelled_pass_leaves_the_cache_as_it_was(verifier, mode):
         cache.forward(tokens(size, 7), should_stop=stop_in_the_second_layer)
     assert cache.tokens == prompt[:12]
     assert_logits_close(cache.forward(prompt[12:]), reference_logits(verifier, prompt, 8))
+
+
+@pytest.mark.parametrize("length, sizes", [(20, [8, 12]), (21, [8, 8, 5]), (12, [12]), (13, [8, 5])])
+def test_a_short_last_chunk_is_fed_with_the_one_before(verifier, length, sizes):
+    """A chunk of 8 tokens, or the rest when fewer than 4 would be left after it: a forward
+    reads every weight, so a tail of a few tokens costs nearly a whole chunk."""
+    assert [chunk_end(start, 20, 8) for start in (0, 8)] == [8, 20]
+    cache = KVCache(verifier)
+    fed = []
+    hook = verifier.model.register_forward_pre_hook(
+        lambda module, args, kwargs: fed.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
+    try:
+        prompt = tokens(length)
+        logits, count = cache.prefill(prompt, chunk=8)
+    finally:
+        hook.remove()
+    assert fed == sizes and count == length
+    assert_logits_close(logits[None], reference_logits(verifier, prompt, 1))
 
 
 def test_a_cancelled_prefill_keeps_what_it_fed(verifier):
