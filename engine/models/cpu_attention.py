@@ -29,7 +29,8 @@ def decode_attention(module, query, key, value, attention_mask, scaling=None, dr
 
     batch, heads, rows, head_dim = query.shape
     per_head_mask = attention_mask is not None and attention_mask.shape[1] != 1
-    if query.device.type != "cpu" or rows > MAX_DECODE_ROWS or per_head_mask or kwargs.get("position_bias") is not None:
+    unusual = per_head_mask or dropout > 0 or kwargs.get("position_bias") is not None
+    if query.device.type != "cpu" or rows > MAX_DECODE_ROWS or unusual:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
     kv_heads, length = key.shape[1], key.shape[2]
