@@ -103,7 +103,9 @@ def _valid_document(text: str) -> str:
     return valid_text(text)
 
 
-def build_request(cursor: Cursor, settings: Settings, workspace, received_at: float | None = None) -> CompletionRequest:
+def build_request(cursor: Cursor, settings: Settings, workspace, received_at: float | None = None,
+                  budget_ms: float | None = None) -> CompletionRequest:
+    """The engine's request at `cursor`; `budget_ms` overrides the setting's (a typing rhythm's cut)."""
     return CompletionRequest(
         prefix=valid_text(cursor.prefix),
         suffix=valid_text(cursor.suffix),
@@ -112,7 +114,7 @@ def build_request(cursor: Cursor, settings: Settings, workspace, received_at: fl
         other_documents=other_documents(workspace, cursor.uri),
         max_new_tokens=settings.max_new_tokens,
         multiline=multiline_flag(settings.multiline),
-        budget_ms=settings.budget_ms,
+        budget_ms=settings.budget_ms if budget_ms is None else budget_ms,
         received_at=received_at,
         min_confidence=settings.min_confidence,
     )

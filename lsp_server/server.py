@@ -60,7 +60,7 @@ def create_server(settings: Settings, service: CompletionService | None = None) 
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: LanguageServer, params: types.DidChangeTextDocumentParams) -> None:
-        service.warmer.did_change()
+        service.document_changed(ls.workspace, params)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: LanguageServer, params: types.DidCloseTextDocumentParams) -> None:

@@ -20,6 +20,7 @@ from lsprotocol import types
 
 from engine.backends.base import Health
 from engine.errors import QuickdraftError
+from lsp_server.anticipation import Anticipated, Anticipation, cursor_after_edit
 from lsp_server.backends import describe_choice, open_backend
 from lsp_server.context import Cursor, build_request, inline_items, locate, looks_binary
 from lsp_server.following import DecodeOn
@@ -38,6 +39,11 @@ EMPTY = types.InlineCompletionList(items=[])
 # After the backends' own answer (ANSWER_MARGIN_S, 10 ms: it has what is verified), and enough
 # for the reply's trip to the client (at 5 ms, 2 of 21 answers there were 1–2 ms late).
 LOOP_ANSWER_MARGIN_S = 0.008
+# An answer meant to beat the user's next key leaves it this long, for the trip to the client.
+NEXT_KEY_MARGIN_S = 0.015
+# A budget cut shorter than this by the next key is not cut: one pass would not fit, and a request
+# asked that close to the next key is cancelled whatever it answers.
+MIN_TYPING_BUDGET_S = 0.04
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,7 @@ class CompletionService:
         self.error = ""
         self.shown: dict[str, Shown] = {}
         self.decode_on: dict[str, DecodeOn] = {}  # per document: the decode going on after an answer
+        self.anticipation = Anticipation()  # runs started at edits, and the user's typing rhythm
         self._ids = itertools.count(1)
         self._load_task: asyncio.Task | None = None
         self.warmer = Warmer(self)
@@ -168,22 +175,49 @@ class CompletionService:
             self.telemetry.count("empty")
             return EMPTY
 
-        def is_stale(version: int | None = cursor.version) -> bool:
-            current = workspace.text_documents.get(uri)
-            return current is None or current.version != version
-
+        automatic = params.context is not None and params.context.trigger_kind == types.InlineCompletionTriggerKind.Automatic
+        self.anticipation.asked(cursor, started, automatic)
+        anticipated = self.anticipation.take(cursor)
         typed_through = type_through(self.shown.get(cursor.uri), cursor)
         decode_on = self.decode_on.get(uri)
-        follows = typed_through is None and decode_on is not None and decode_on.leads_to(cursor)
+        follows = typed_through is None and anticipated is None and decode_on is not None and decode_on.leads_to(cursor)
         self.warmer.did_request(workspace, uri, cursor.position, model=typed_through is None and not follows)
         if typed_through is not None:
             source = "kept" if typed_through.prefix == cursor.prefix else "typethrough"
             self.record(started, cursor, source, text=typed_through.text)
             return self.items(document, cursor, typed_through.text, typed_through.replace_after)
+        if anticipated is not None:
+            return await self.adopt(anticipated, started)
         if follows:
-            return await self.follow(decode_on, document, cursor, started, is_stale)
+            return await self.follow(decode_on, document, cursor, started, self.staleness(workspace, cursor))
+        return await self.run_model(workspace, document, cursor, started)
 
-        request = build_request(cursor, self.settings, workspace, received_at=started)
+    def staleness(self, workspace, cursor: Cursor) -> Callable[[], bool]:
+        """Whether the document has changed (or closed) since `cursor` was taken."""
+        def is_stale() -> bool:
+            current = workspace.text_documents.get(cursor.uri)
+            return current is None or current.version != cursor.version
+        return is_stale
+
+    def budget_s(self, cursor: Cursor, asked_at: float) -> float:
+        """The request's budget: the setting, or less when the user's typing rhythm says the next key,
+        which cancels the request, comes sooner: part of an answer shown beats a whole one dropped
+        (the decode goes on, and what it writes follows as ghost text)."""
+        budget = self.settings.budget_ms / 1000
+        next_key = self.anticipation.next_key(cursor.uri) if self.settings.answer_before_next_key else None
+        if next_key is None:
+            return budget
+        until_next_key = next_key - NEXT_KEY_MARGIN_S - asked_at
+        return budget if until_next_key < MIN_TYPING_BUDGET_S else min(budget, until_next_key)
+
+    async def run_model(self, workspace, document, cursor: Cursor, started: float,
+                        anticipated: Anticipated | None = None) -> types.InlineCompletionList:
+        """Run the model for `cursor`: answered within the budget from `started` (when the request
+        came, or is expected), with what is verified then; decoding goes on after the answer."""
+        uri = cursor.uri
+        is_stale = self.staleness(workspace, cursor)
+        budget_s = self.budget_s(cursor, started)
+        request = build_request(cursor, self.settings, workspace, received_at=started, budget_ms=budget_s * 1000)
         backend = self.backend
 
         loop = asyncio.get_running_loop()
@@ -191,24 +225,25 @@ class CompletionService:
         answered: asyncio.Future = loop.create_future()
         cancel = threading.Event()
         decode_on = DecodeOn(cursor.prefix, cursor.suffix, cancel)
+        if anticipated is not None:
+            anticipated.decode_on = decode_on
 
         def answer_early(partial) -> None:
             """The budget is spent: answer with what is verified; decoding goes on in the background."""
             self.scheduler.demote(cancel)
-            loop.call_soon_threadsafe(self.answer, answered, started, cursor, partial, is_stale, decode_on)
+            loop.call_soon_threadsafe(self.answer, answered, started, cursor, partial, is_stale, decode_on, anticipated)
 
         def job(cancel):
             job_started.set()
             result = backend.complete(request, cancel=cancel, on_text=decode_on.stream, on_answer=answer_early)
             # Recorded from here, so runs cut short by $/cancelRequest are counted too.
-            loop.call_soon_threadsafe(self.finished, answered, started, cursor, result, is_stale, decode_on)
+            loop.call_soon_threadsafe(self.finished, answered, started, cursor, result, is_stale, decode_on, anticipated)
             return result
 
         run = asyncio.ensure_future(self.scheduler.run(uri, job, is_stale=is_stale, cancel=cancel,
                                                        joins=self.warmer.join(uri, cursor.position)))
-        run.add_done_callback(lambda task: task.cancelled() or task.exception())  # retrieved if answered early
+        run.add_done_callback(self.job_ended)
         run.add_done_callback(lambda _: self.decode_ended(uri, decode_on))
-        budget_s = self.settings.budget_ms / 1000
 
         def answer_at_deadline() -> None:
             """A job still queued is answered empty now; a running one answers what it verified
@@ -224,11 +259,10 @@ class CompletionService:
         try:
             await asyncio.wait({run, answered}, return_when=asyncio.FIRST_COMPLETED)
             result = answered.result() if answered.done() else run.result()
-        except asyncio.CancelledError:  # $/cancelRequest: the user typed on
+        except asyncio.CancelledError:  # $/cancelRequest, or the next edit for a run started at an edit
             self.withdrawn(run, answered, cursor, cancel, decode_on)
             raise
-        except Superseded:
-            self.telemetry.count("superseded")
+        except Superseded:  # counted by job_ended
             return EMPTY
         except QuickdraftError as error:
             self.telemetry.count("errors")
@@ -252,6 +286,22 @@ class CompletionService:
             self.shown[uri] = Shown.of(cursor, result, complete=result.stop_reason not in ("deadline", "cancelled"))
         return self.items(document, cursor, result.text, result.replace_after)
 
+    def job_ended(self, run: asyncio.Future) -> None:
+        """Whoever waits for it (if anyone still does): a job that never started is counted here, once."""
+        if not run.cancelled() and isinstance(run.exception(), Superseded):
+            self.telemetry.count("superseded")
+
+    async def adopt(self, anticipated: Anticipated, asked_at: float) -> types.InlineCompletionList:
+        """The request for an edit whose run started at the edit: its answer is the run's."""
+        if anticipated.asked_at is None:
+            anticipated.asked_at = asked_at
+        try:
+            return await asyncio.shield(anticipated.task)
+        except asyncio.CancelledError:
+            if anticipated.task.cancelled() and not asyncio.current_task().cancelling():
+                return EMPTY  # a newer edit withdrew the run before it answered (the client cancels this too)
+            raise
+
     def items(self, document, cursor: Cursor, text: str, replace_after: int) -> types.InlineCompletionList:
         return inline_items(document, cursor, text, replace_after, f"qd-{next(self._ids)}") if text else EMPTY
 
@@ -265,15 +315,25 @@ class CompletionService:
         self.telemetry.record(record)
 
     def answer(self, answered: asyncio.Future, started: float, cursor: Cursor, partial, is_stale,
-               decode_on: DecodeOn) -> None:
+               decode_on: DecodeOn, anticipated: Anticipated | None = None) -> None:
         if answered.done():
             self.grew(cursor, partial, is_stale, decode_on)
             return
         answered.set_result(partial)
         self.shown[cursor.uri] = decode_on.on_screen = Shown.of(cursor, partial)
         self.decode_on[cursor.uri] = decode_on  # what the user types next may follow it
-        self.record(started, cursor, "model", result=partial)
+        self.record_model(started, cursor, partial, anticipated)
         self.notify_progress("ready")
+
+    def record_model(self, started: float, cursor: Cursor, result, anticipated: Anticipated | None) -> None:
+        """A model answer's figures. A run started at an edit counts from when its request came;
+        one no request has adopted is work no client waited for (not a request)."""
+        if anticipated is None:
+            self.record(started, cursor, "model", result=result)
+        elif anticipated.asked_at is not None:
+            self.record(anticipated.asked_at, cursor, "model", result=result)
+        else:
+            self.record(anticipated.edited_at, cursor, "anticipated", result=result)
 
     def withdrawn(self, run: asyncio.Future, answered: asyncio.Future, cursor: Cursor, cancel: threading.Event,
                   decode_on: DecodeOn) -> None:
@@ -312,9 +372,9 @@ class CompletionService:
         decode_on.grew(self.shown.get(cursor.uri), self.notify_ready)
 
     def finished(self, answered: asyncio.Future, started: float, cursor: Cursor, result, is_stale,
-                 decode_on: DecodeOn) -> None:
+                 decode_on: DecodeOn, anticipated: Anticipated | None = None) -> None:
         if not answered.done() or answered.cancelled():  # answered at its end, or withdrawn by the client
-            self.record(started, cursor, "model", result=result)
+            self.record_model(started, cursor, result, anticipated)
             self.maybe_retune()
             self.notify_progress("ready")
             if not answered.cancelled():
@@ -368,9 +428,38 @@ class CompletionService:
         self.send_status("ready", reason)
 
     # -- what the editor tells us -----------------------------------------------------
+    def document_changed(self, workspace, params: types.DidChangeTextDocumentParams) -> None:
+        """An edit. Where the client asks automatically, the model starts now at the cursor the edit
+        leaves, rather than a debounce later when the request comes (lsp_server/anticipation.py)."""
+        self.warmer.did_change()
+        now = time.monotonic()
+        uri = params.text_document.uri
+        document = workspace.text_documents.get(uri)
+        previous = self.anticipation.edited(uri, document.version if document is not None else None, now)
+        if previous is not None and not previous.task.done():
+            previous.task.cancel()  # the user typed on: it goes on as a decode the next keys may follow
+        if (document is None or not self.settings.anticipate or self.state != "ready" or self.backend is None
+                or self.backend.kind != "local" or not self.anticipation.client_asks(now)
+                or not self.settings.language_enabled(document.language_id)):
+            return
+        position = cursor_after_edit(document, params)
+        cursor = locate(document, position) if position is not None else None
+        if cursor is None or looks_binary(cursor) or type_through(self.shown.get(uri), cursor) is not None:
+            return  # nothing to anticipate, or the request is answered from what is kept
+        decodes = (self.decode_on.get(uri), previous.decode_on if previous is not None else None)
+        if any(decode is not None and decode.leads_to(cursor) for decode in decodes):
+            return  # the request will follow the decode that is writing what was typed
+        self.warmer.did_request(workspace, uri, cursor.position, model=True)
+        started = self.anticipation.expected_request(now)
+        anticipated = Anticipated(cursor, edited_at=now)
+        anticipated.task = asyncio.ensure_future(self.run_model(workspace, document, cursor, started, anticipated))
+        anticipated.task.add_done_callback(lambda task: task.cancelled() or task.exception())
+        self.anticipation.started(anticipated)
+
     def document_closed(self, uri: str) -> None:
         self.shown.pop(uri, None)
         self.decode_on.pop(uri, None)
+        self.anticipation.forget(uri)  # its run, if any, ends with the scheduler's cancel below
         self.scheduler.cancel(uri)  # its request, or the decoding going on after its answer
 
     def item_shown(self, item_id: str) -> None:

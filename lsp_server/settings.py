@@ -29,6 +29,11 @@ class Settings:
     cold_prefix_tokens: int | None = None  # the prefix of a prompt no cache holds (a jump); 0: as prefix_tokens
     adaptive_drafting: bool = True  # switch drafters when draft acceptance stays under 50 %
     warm: bool = True  # prefill the cursor's prompt window in the background (lsp_server/warming.py)
+    # Start the model at an edit, before the client's debounced request (lsp_server/anticipation.py).
+    anticipate: bool = True
+    # While the user types, answer before their next key is due (it cancels the request) with what is
+    # verified by then; the rest follows as ghost text (lsp_server/service.py budget_s).
+    answer_before_next_key: bool = True
     # Withhold answers whose verifier confidence is below this (engine/decoding/confidence.py; 0: show all;
     # None: the threshold measured for the verifier, 0.5 for the 0.5B).
     min_confidence: float | None = None
@@ -56,6 +61,7 @@ _CLIENT_NAMES = {
     "otherDocumentsTokens": "other_documents_tokens", "coldPrefixTokens": "cold_prefix_tokens",
     "adaptiveDrafting": "adaptive_drafting",
     "warm": "warm", "minConfidence": "min_confidence",
+    "anticipate": "anticipate", "answerBeforeNextKey": "answer_before_next_key",
     "backend": "backend", "backendModel": "backend_model", "backendTokenizer": "backend_tokenizer",
     "apiKeyEnv": "api_key_env",
 }

@@ -28,7 +28,7 @@ MAX_ITEM_ID_CHARS = 64
 class RequestRecord:
     id: str
     uri: str
-    source: str  # model | typethrough | kept | followed | empty
+    source: str  # model | typethrough | kept | followed | empty | anticipated (a run no request adopted)
     latency_ms: float
     budget_ms: float
     stop_reason: str = ""
@@ -107,14 +107,15 @@ class Telemetry:
         self.counts[what] = self.counts.get(what, 0) + 1
 
     def record(self, record: RequestRecord) -> None:
-        self.counts["requests"] += 1
         self.count(record.source)
-        if record.stop_reason == "cancelled":
-            self.count("cancelled")
-        if record.withheld:
-            self.count("withheld")
+        if record.source != "anticipated":  # no client waited for that one: not a request, no latency
+            self.counts["requests"] += 1
+            if record.stop_reason == "cancelled":
+                self.count("cancelled")
+            if record.withheld:
+                self.count("withheld")
+            self.latencies.append(record.latency_ms)
         self.recent.append(record)
-        self.latencies.append(record.latency_ms)
         for key in self.totals:
             self.totals[key] += getattr(record, key)
         for name, figures in record.drafters.items():
