@@ -1,17 +1,20 @@
-"""Starting the model at an edit, before the client's debounced request for it.
+"""What the server makes of the user's typing: runs started at an edit, and the typing rhythm.
 
-Editors ask for an inline completion a debounce after the last key (the VS Code extension
-75 ms by default, the Neovim client 150 ms), so the worker sat idle for that long after every
-key. When the client has been asking automatically, the server starts the model run itself at
-the edit, at the cursor the edit leaves; the request that follows adopts the run (its budget
-is the request's: the run's deadline counts from when the request is expected) instead of
-starting its own. On a CPU, where a request has time for only a few passes, the debounce is
-a large share of the budget; after a jump the first key's line can be there before the next key.
+Editors ask for an inline completion a debounce after the last key (150 ms in the VS Code
+extension and the Neovim client by default; the benchmark's typist, like VS Code's own, 75 ms),
+so the worker sat idle for that long after every key. When the client has been asking
+automatically, the server starts the model run itself at the edit, at the cursor the edit
+leaves; the request that follows adopts the run (its budget is the request's: the run's
+deadline counts from when the request is expected) instead of starting its own.
 
 A run no request adopts (the user typed on, or the client did not ask) is what a withdrawn
 request is: it goes on as a decode the next keys may follow (lsp_server/following.py), and
 the next edit's run supersedes it. Only small edits anticipate (typing, Enter, a deletion):
 pastes, formatting and whole-document syncs do not.
+
+The rhythm (the median gap between the user's keys) says when the next key is due: the
+service ends a request's budget before it (lsp_server/service.py, `budget_s`), since that key
+cancels the request and an answer after it is never seen.
 """
 
 from __future__ import annotations

@@ -195,6 +195,7 @@ async def test_fifty_edits_a_second_keep_one_run_and_leave_the_service_answering
     editor.open(URI, TEXT)
     await complete(quick, editor, URI, LINE, CHARACTER)
     results = Results(quick.engine)
+    requests = quick.telemetry.counts["requests"]
     character = CHARACTER
     for i in range(50):
         edit(quick, editor, LINE, character, "\x7f" if i % 2 else "#")
@@ -203,6 +204,8 @@ async def test_fifty_edits_a_second_keep_one_run_and_leave_the_service_answering
         await asyncio.sleep(0.02)
     await until(lambda: all(run.task.done() for run in quick.anticipation.runs.values()), "the last run")
     assert len(results.results) <= 50 and quick.telemetry.counts.get("errors", 0) == 0
+    # Runs no request adopted are counted as such, not as requests no client made.
+    assert quick.telemetry.counts["requests"] == requests and quick.telemetry.counts["anticipated"] >= 1
     await until(lambda: not quick.decode_on, "the decodes going on to end")
     last = quick.anticipation.runs[URI]  # the run the last edit started, answered in its own time
     assert last.cursor.version == editor.workspace.get_text_document(URI).version
