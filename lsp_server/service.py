@@ -28,7 +28,7 @@ from lsp_server.scheduler import Scheduler, Superseded
 from lsp_server.settings import Settings, apply_client_settings
 from lsp_server.telemetry import RequestRecord, Telemetry
 from lsp_server.typethrough import Shown, type_through
-from lsp_server.warming import Warmer
+from lsp_server.warming import MAX_WARM_CHARS, Warmer
 
 log = logging.getLogger(__name__)
 
@@ -440,7 +440,8 @@ class CompletionService:
             previous.task.cancel()  # the user typed on: it goes on as a decode the next keys may follow
         if (document is None or not self.settings.anticipate or self.state != "ready" or self.backend is None
                 or self.backend.kind != "local" or not self.anticipation.client_asks(now)
-                or not self.settings.language_enabled(document.language_id)):
+                or not self.settings.language_enabled(document.language_id)
+                or len(document.source) > MAX_WARM_CHARS):  # generated or minified: not worth a run per key
             return
         position = cursor_after_edit(document, params)
         cursor = locate(document, position) if position is not None else None

@@ -276,3 +276,15 @@ def test_no_cut_without_a_rhythm_past_the_next_key_or_when_switched_off(services
     assert quick.budget_s(cursor, now) == pytest.approx(0.2 - NEXT_KEY_MARGIN_S)
     quick.configure({"answerBeforeNextKey": False})
     assert quick.budget_s(cursor, now) == budget
+
+
+async def test_a_huge_document_starts_no_run_per_key(services):
+    (quick, editor), _ = services
+    patient(quick)
+    quick.anticipation.last_automatic = time.monotonic()  # the client asks automatically
+    editor.open(URI, "x = 1\n" * 200_000)  # 1.2 MB: generated or minified
+    edit(quick, editor, 0, 5, "2")
+    assert not quick.anticipation.runs
+    editor.open(URI, TEXT)
+    edit(quick, editor, LINE, CHARACTER, "\x7f")  # the same edit in a file of ordinary size
+    await quick.anticipation.runs[URI].task
