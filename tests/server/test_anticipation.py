@@ -16,7 +16,7 @@ from lsprotocol import types
 
 from lsp_server.anticipation import (MAX_TYPED_CHARS, MIN_RHYTHM_SAMPLES, Anticipation, cursor_after_edit)
 from lsp_server.context import locate
-from lsp_server.service import MIN_TYPING_BUDGET_S, NEXT_KEY_MARGIN_S
+from lsp_server.model_runs import MIN_TYPING_BUDGET_S, NEXT_KEY_MARGIN_S
 from test_ready import (CHARACTER, LINE, PATIENT_MS, TEXT, URI, Gate, Results, no_idle_warms, patient_answer,  # noqa: F401
                         ready, services, texts, until)
 from test_service import Editor, complete

@@ -20,7 +20,7 @@ from dataclasses import replace
 import pytest
 
 from lsp_server import warming
-from lsp_server.service import READY_NOTIFICATION
+from lsp_server.model_runs import READY_NOTIFICATION
 from lsp_server.warming import Spot
 from test_service import Editor, complete, make_service
 
