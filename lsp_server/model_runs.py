@@ -195,7 +195,8 @@ class ModelRuns:
         answered.cancel()
         self.scheduler.demote(cancel)
         self.shown[cursor.uri] = decode_on.on_screen = Shown(cursor.prefix, cursor.suffix, "", 0)
-        self.decode_on[cursor.uri] = decode_on
+        if not run.done():  # else its job has ended (or never started): there is no decode to follow
+            self.decode_on[cursor.uri] = decode_on
 
     async def follow(self, decode_on: DecodeOn, document, cursor: Cursor, started: float, is_stale) -> types.InlineCompletionList:
         """The user typed what the decode going on is writing: wait for it, within the budget,
