@@ -24,6 +24,8 @@ def add_parsers(sub) -> None:
                        help="withhold answers the model is less sure of (0..1, 0: show all; docs/server.md)")
     serve.add_argument("--no-warm", action="store_true",
                        help="do not prefill the cursor's prompt window ahead of requests (setting `warm`)")
+    serve.add_argument("--no-anticipate", action="store_true",
+                       help="start the model at the request, not at the edit before it (setting `anticipate`)")
     remote = serve.add_argument_group("a shared inference server instead of local models (docs/teams.md)")
     remote.add_argument("--backend", metavar="URL",
                         help="OpenAI-compatible server (vLLM, SGLang, llama.cpp): http://127.0.0.1:PORT, or https:// "
@@ -65,6 +67,8 @@ def settings_from_args(args: argparse.Namespace):
              "min_confidence": args.min_confidence}
     if args.no_warm:
         flags["warm"] = False
+    if args.no_anticipate:
+        flags["anticipate"] = False
     return replace(settings, **{k: v for k, v in flags.items() if v is not None})
 
 

@@ -266,14 +266,15 @@ def test_session_bench_end_to_end_through_the_server(tiny_model_dir, tiny_draft_
 
 
 def one_ms_session(model_dir, tmp_path, *flags: str) -> dict:
-    """`bench session` on one file with a 1 ms budget (every model answer empty at its deadline)."""
+    """`bench session` on one file with a 1 ms budget (every model answer empty at its deadline: the
+    run starts at the request, not at the edit, which could have it done when the request comes)."""
     source = tmp_path / "module.py"
     source.write_text(MODULE)
     out = tmp_path / "one-ms"
     assert cli_main(["bench", "session", str(source), "--verifier", str(model_dir), "--draft", "none",
                      "--drafter", "lookup", "--dtype", "float32", "--files", "1", "--max-hole-chars", "80",
                      "--cps", "25", "--debounce-ms", "20", "--budget-ms", "1", "--max-new-tokens", "8",
-                     "--out", str(out), "--no-progress", *flags]) == 0
+                     "--settings", '{"anticipate": false}', "--out", str(out), "--no-progress", *flags]) == 0
     return json.loads((out / "session.json").read_text())
 
 

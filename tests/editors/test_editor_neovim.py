@@ -487,9 +487,10 @@ end
 
 @pytest.fixture(scope="module", params=sorted(NVIMS))
 def late(request, tmp_path_factory, quickdraft_bin, editor_model_dir):
-    """A Neovim whose server has a 1 ms budget: every model answer comes late."""
+    """A Neovim whose server has a 1 ms budget and starts the model at the request, not at the edit
+    (which could finish it before the request): every model answer comes late."""
     ed = start_editor(request.param, tmp_path_factory.mktemp(f"nvim-late-{request.param}"), quickdraft_bin,
-                      editor_model_dir, budgetMs=1)
+                      editor_model_dir, budgetMs=1, anticipate=False)
     yield ed
     try:
         ed.nv.close()

@@ -109,7 +109,8 @@ fs.writeFileSync(path.join(userData, 'User', 'settings.json'), JSON.stringify({
   ...(serverCommand ? { 'quickdraft.server.command': serverCommand } : {}),
   // float32: the tiny model's own dtype; a generous budget and few tokens, so completions do
   // not depend on how busy the machine is.
-  'quickdraft.server.args': scenario === 'ready' ? [tap, wireLog, quickdraft, ...serveArgs] : serveArgs,
+  // Every answer late: the run starts at the request, not at the edit (which could finish it first).
+  'quickdraft.server.args': scenario === 'ready' ? [tap, wireLog, quickdraft, ...serveArgs, '--no-anticipate'] : serveArgs,
   // (ready: 1 ms, so that every model answer comes late and the notification brings it)
   'quickdraft.budgetMs': scenario === 'ready' ? 1 : 20000,
   'quickdraft.maxNewTokens': 12,
