@@ -110,3 +110,22 @@ def test_a_model_loaded_for_the_cpu_decodes_with_it_and_stays_exact(tiny_model_d
     loaded.model.set_attn_implementation("sdpa")
     with torch.inference_mode():
         assert SpeculativeDecoder(loaded.model, None).generate(prompt, config).token_ids == plain.token_ids
+
+
+def test_a_model_whose_attention_cannot_be_switched_keeps_its_own():
+    """Transformers refuses some models another attention (ValueError, NotImplementedError):
+    loading goes on with theirs rather than failing."""
+
+    class Fixed(torch.nn.Module):
+        def __init__(self, error: Exception) -> None:
+            super().__init__()
+            self.error = error
+            self.config = type("Config", (), {"_attn_implementation": "eager"})()
+
+        def set_attn_implementation(self, name: str) -> None:
+            raise self.error
+
+    for error in (ValueError("not supported"), NotImplementedError(), AttributeError("no attention")):
+        model = Fixed(error)
+        assert cpu_attention.use_decode_attention(model) is False
+        assert model.config._attn_implementation == "eager"
