@@ -23,6 +23,7 @@ from lsp_server.anticipation import Anticipated, Anticipation, cursor_after_edit
 from lsp_server.backends import describe_choice, open_backend
 from lsp_server.context import Cursor, inline_items, locate, looks_binary
 from lsp_server.following import DecodeOn
+from lsp_server.gc_pauses import Collector
 from lsp_server.model_runs import EMPTY, ModelRuns
 from lsp_server.scheduler import Scheduler
 from lsp_server.settings import Settings, apply_client_settings
@@ -48,6 +49,8 @@ class CompletionService(ModelRuns):
         self.shown: dict[str, Shown] = {}
         self.decode_on: dict[str, DecodeOn] = {}  # per document: the decode going on after an answer
         self.anticipation = Anticipation()  # runs started at edits, and the user's typing rhythm
+        self.collector = Collector()  # what the models made is frozen, out of full collections' sight
+        self.collector.start()
         self._ids = itertools.count(1)
         self._load_task: asyncio.Task | None = None
         self.warmer = Warmer(self)
@@ -90,11 +93,13 @@ class CompletionService(ModelRuns):
             loop.call_soon_threadsafe(self.backend_health_changed, health)
 
         def load():
+            self.collector.thaw()  # the old models' objects can be collected once dropped
             if self.backend is not None:
                 self.backend.close()
             self.backend = None  # free the old models before loading new ones
             backend = open_backend(settings, on_health)
             self.apply_budget(backend)
+            self.collector.freeze_loaded()  # no full collection scans them again (a quarter-second pause)
             return backend
 
         try:
@@ -253,6 +258,7 @@ class CompletionService(ModelRuns):
         snapshot = self.telemetry.snapshot(self.drafter_mode)
         snapshot["state"] = self.state
         snapshot["warming"] = self.warmer.snapshot()
+        snapshot["collector"] = self.collector.snapshot()
         if self.backend is not None:
             snapshot["backend"] = self.backend.stats()
         if self.error:
@@ -260,6 +266,7 @@ class CompletionService(ModelRuns):
         return snapshot
 
     def shutdown(self) -> None:
+        self.collector.stop()
         self.warmer.stop()
         self.scheduler.shutdown()
         if self.backend is not None:

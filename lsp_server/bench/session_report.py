@@ -202,8 +202,19 @@ def format_table(result: dict) -> str:
                      f"({first.get('n', 0)} of {s.get('jumps', 0)})"))
     config = result["config"]
     typing = f"{config['typing_cps']} chars/s, debounce {config['debounce_ms']:.0f} ms"
-    return "\n".join([*text_table(rows), *language_table(result["modes"]),
+    return "\n".join([*text_table(rows), *language_table(result["modes"]), *collector_lines(result["modes"]),
                       f"{machine_line(result['environment'])}; {typing}"])
+
+
+def collector_lines(modes: Sequence[dict]) -> list[str]:
+    """The server's full garbage collections while it served (lsp_server/gc_pauses.py): each stops it."""
+    lines = []
+    for s in modes:
+        collector = (s.get("server_stats") or {}).get("collector")
+        if collector:
+            lines.append(f"{s['name']}: {collector['fullCollections']} full garbage collections while serving, "
+                         f"longest {collector['longestMs']:.0f} ms")
+    return lines
 
 
 def language_table(modes: Sequence[dict]) -> list[str]:

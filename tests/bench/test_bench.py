@@ -227,9 +227,12 @@ def test_session_bench_end_to_end_through_the_server(tiny_model_dir, tiny_draft_
                      "--max-hole-chars", "80", "--cps", "25", "--debounce-ms", "20", "--line-pause-ms", "100", "--patient",
                      "--budget-ms", "10000", "--max-new-tokens", "8", "--out", str(out), "--no-progress"])
     assert code == 0
-    assert "p50 ms" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "p50 ms" in printed and "full garbage collections while serving" in printed
     result = json.loads((out / "session.json").read_text())
     assert (out / "session-latency-cdf.png").stat().st_size > 0 and (out / "session-tau.png").stat().st_size > 0
+    # The server froze its loaded models out of the collector's full collections (lsp_server/gc_pauses.py).
+    assert result["server_stats"]["collector"]["frozenObjects"] > 0
 
     requests = result["requests"]
     assert requests and result["request_count"] == len(requests)
