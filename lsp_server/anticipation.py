@@ -57,16 +57,24 @@ class Anticipated:
         return (mine.uri, mine.version, mine.offset) == (cursor.uri, cursor.version, cursor.offset)
 
 
-def cursor_after_edit(document, params: types.DidChangeTextDocumentParams) -> types.Position | None:
-    """Where the typing cursor is after this didChange: after the text that one small edit put
-    in (between an auto-closed pair), or None for any other change. `document` has the edit already."""
+def small_change(params: types.DidChangeTextDocumentParams) -> types.TextDocumentContentChangePartial | None:
+    """The didChange's one change if it is the size of typing (no paste, no whole-document sync)."""
     changes = params.content_changes
     if len(changes) != 1 or not isinstance(changes[0], types.TextDocumentContentChangePartial):
         return None
     change = changes[0]
-    text = change.text
-    if len(text) > MAX_TYPED_CHARS or text.count("\n") > 1:
+    if len(change.text) > MAX_TYPED_CHARS or change.text.count("\n") > 1:
         return None
+    return change
+
+
+def cursor_after_edit(document, params: types.DidChangeTextDocumentParams) -> types.Position | None:
+    """Where the typing cursor is after this didChange: after the text that one small edit put
+    in (between an auto-closed pair), or None for any other change. `document` has the edit already."""
+    change = small_change(params)
+    if change is None:
+        return None
+    text = change.text
     typed = len(text) - 1 if text in AUTO_PAIRS else len(text)
     try:
         offset = document.offset_at_position(change.range.start) + typed
@@ -77,25 +85,35 @@ def cursor_after_edit(document, params: types.DidChangeTextDocumentParams) -> ty
         return None
 
 
+def is_keystroke(params: types.DidChangeTextDocumentParams) -> bool:
+    """One key's edit: typing, Enter, Backspace, a word or a line deleted. After a paste, a
+    formatter's rewrite or a deleted block the user is not in the middle of typing: the rhythm
+    does not say when the next key comes."""
+    change = small_change(params)
+    return change is not None and change.range.end.line - change.range.start.line <= 1
+
+
 class Anticipation:
     """When to start a run at an edit, the runs started so, and the client's debounce."""
 
     def __init__(self) -> None:
         self.runs: dict[str, Anticipated] = {}  # per document: the run started at its last edit
         self.last_automatic: float | None = None  # the client's last automatic request
-        self.edits: dict[str, tuple[int | None, float]] = {}  # per document: (version, when) of its last edit
+        # Per document: (version, when, whether it was a key) of its last edit.
+        self.edits: dict[str, tuple[int | None, float, bool]] = {}
         self.debounces: deque[float] = deque(maxlen=DEBOUNCE_SAMPLES)
         self.key_gaps: deque[float] = deque(maxlen=RHYTHM_SAMPLES)  # seconds between the user's edits, typing
 
     def client_asks(self, now: float) -> bool:
         return self.last_automatic is not None and now - self.last_automatic <= ASKING_WINDOW_S
 
-    def edited(self, uri: str, version: int | None, now: float) -> Anticipated | None:
-        """An edit: remembers when, and hands back the run the previous edit started, if any."""
+    def edited(self, uri: str, version: int | None, now: float, key: bool = True) -> Anticipated | None:
+        """An edit: remembers when, and whether it was a key (the rhythm is the gaps between keys);
+        hands back the run the previous edit started, if any."""
         last = self.edits.get(uri)
-        if last is not None and 0 < now - last[1] <= MAX_KEY_GAP_S:
+        if key and last is not None and last[2] and 0 < now - last[1] <= MAX_KEY_GAP_S:
             self.key_gaps.append(now - last[1])
-        self.edits[uri] = (version, now)
+        self.edits[uri] = (version, now, key)
         return self.runs.pop(uri, None)
 
     def asked(self, cursor: Cursor, now: float, automatic: bool) -> None:
@@ -103,7 +121,7 @@ class Anticipation:
         if not automatic:
             return
         self.last_automatic = now
-        version, edited_at = self.edits.get(cursor.uri, (None, None))
+        version, edited_at, _ = self.edits.get(cursor.uri, (None, None, False))
         if version == cursor.version and edited_at is not None and 0 <= now - edited_at <= MAX_DEBOUNCE_S:
             self.debounces.append(now - edited_at)
 
@@ -113,10 +131,11 @@ class Anticipation:
         return edited_at + (min(self.debounces) if self.debounces else 0.0)
 
     def next_key(self, uri: str) -> float | None:
-        """When the user's next key in this document is expected: its last edit plus the median gap
-        between keys lately (the user's rhythm); None while that is not known."""
+        """When the user's next key in this document is expected: its last key plus the median gap
+        between keys lately (the user's rhythm); None while that is not known, or when the last
+        edit was no key."""
         last = self.edits.get(uri)
-        if last is None or len(self.key_gaps) < MIN_RHYTHM_SAMPLES:
+        if last is None or not last[2] or len(self.key_gaps) < MIN_RHYTHM_SAMPLES:
             return None
         return last[1] + statistics.median(self.key_gaps)
 

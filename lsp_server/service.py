@@ -19,7 +19,7 @@ from lsprotocol import types
 
 from engine.backends.base import Health
 from engine.errors import QuickdraftError
-from lsp_server.anticipation import Anticipated, Anticipation, cursor_after_edit
+from lsp_server.anticipation import Anticipated, Anticipation, cursor_after_edit, is_keystroke
 from lsp_server.backends import describe_choice, open_backend
 from lsp_server.context import Cursor, inline_items, locate, looks_binary
 from lsp_server.following import DecodeOn
@@ -217,7 +217,8 @@ class CompletionService(ModelRuns):
         now = time.monotonic()
         uri = params.text_document.uri
         document = workspace.text_documents.get(uri)
-        previous = self.anticipation.edited(uri, document.version if document is not None else None, now)
+        previous = self.anticipation.edited(uri, document.version if document is not None else None, now,
+                                            key=is_keystroke(params))
         if previous is not None and not previous.task.done():
             previous.task.cancel()  # the user typed on: it goes on as a decode the next keys may follow
         if (document is None or not self.settings.anticipate or self.state != "ready" or self.backend is None

@@ -14,7 +14,8 @@ from dataclasses import replace
 import pytest
 from lsprotocol import types
 
-from lsp_server.anticipation import (MAX_TYPED_CHARS, MIN_RHYTHM_SAMPLES, Anticipation, cursor_after_edit)
+from lsp_server.anticipation import (MAX_TYPED_CHARS, MIN_RHYTHM_SAMPLES, Anticipation, cursor_after_edit,
+                                     is_keystroke)
 from lsp_server.context import locate
 from lsp_server.model_runs import MIN_TYPING_BUDGET_S, NEXT_KEY_MARGIN_S
 from test_ready import (CHARACTER, LINE, PATIENT_MS, TEXT, URI, Gate, Results, no_idle_warms, patient_answer,  # noqa: F401
@@ -99,6 +100,21 @@ def test_the_rhythm_is_the_median_gap_between_keys_and_pauses_do_not_count():
     assert sorted(rhythm.key_gaps) == pytest.approx([0.1, 0.15, 0.18, 0.2])
     assert rhythm.next_key(URI) == pytest.approx(t + (0.15 + 0.18) / 2)
     assert rhythm.next_key("file:///elsewhere.py") is None
+    # A deleted block is no key: no key is due after it, and neither gap around it is the rhythm.
+    rhythm.edited(URI, 7, t + 0.1, key=False)
+    assert rhythm.next_key(URI) is None
+    rhythm.edited(URI, 8, t + 0.3)
+    assert len(rhythm.key_gaps) == 4 and rhythm.next_key(URI) == pytest.approx(t + 0.3 + (0.15 + 0.18) / 2)
+
+
+def test_typing_enter_backspace_and_a_deleted_line_are_keys_a_deleted_block_or_a_paste_is_not():
+    def key(start, end, text):
+        return is_keystroke(change(URI, 2, start, end, text))
+
+    assert key((1, 12), (1, 12), "b") and key((1, 12), (1, 12), "\n    ") and key((1, 11), (1, 12), "")
+    assert key((1, 0), (2, 0), "")  # a whole line deleted
+    assert not key((1, 4), (4, 0), "")  # a body of several lines deleted
+    assert not key((1, 12), (1, 12), "a\nb\nc") and not key((1, 12), (1, 12), "x" * (MAX_TYPED_CHARS + 1))
 
 
 def test_the_debounce_is_learned_from_automatic_requests_for_the_edit_they_follow():
@@ -246,7 +262,7 @@ async def test_a_request_answers_before_the_next_key_is_due_and_its_ghost_text_f
     gap = 0.2
     try:
         quick.anticipation.key_gaps.extend([gap] * MIN_RHYTHM_SAMPLES)
-        quick.anticipation.edits[URI] = (1, time.monotonic())  # a key just now: the next is due in 0.2 s
+        quick.anticipation.edits[URI] = (1, time.monotonic(), True)  # a key just now: the next is due in 0.2 s
         budget = quick.budget_s(locate(editor.workspace.get_text_document(URI), types.Position(LINE, CHARACTER)),
                                 time.monotonic())
         assert MIN_TYPING_BUDGET_S <= budget <= gap - NEXT_KEY_MARGIN_S
@@ -270,10 +286,12 @@ def test_no_cut_without_a_rhythm_past_the_next_key_or_when_switched_off(services
     patient(quick)
     assert quick.budget_s(cursor, now) == budget  # no rhythm yet
     quick.anticipation.key_gaps.extend([0.2] * MIN_RHYTHM_SAMPLES)
-    quick.anticipation.edits[URI] = (1, now - 1.0)  # the next key was due long ago: a pause
+    quick.anticipation.edits[URI] = (1, now - 1.0, True)  # the next key was due long ago: a pause
     assert quick.budget_s(cursor, now) == budget
-    quick.anticipation.edits[URI] = (1, now)
+    quick.anticipation.edits[URI] = (1, now, True)
     assert quick.budget_s(cursor, now) == pytest.approx(0.2 - NEXT_KEY_MARGIN_S)
+    quick.anticipation.edits[URI] = (1, now, False)  # a deleted block: the user is not mid-burst
+    assert quick.budget_s(cursor, now) == budget
     quick.configure({"answerBeforeNextKey": False})
     assert quick.budget_s(cursor, now) == budget
 
