@@ -22,6 +22,7 @@ from engine.text.crossfile import CrossFileContext, tokenizer_counter
 from engine.errors import ModelError
 from engine.text.fim import FimTemplate, detect_fim_template
 from engine.text.prompt import ContextBudget, build_prompt, encode_middle
+from engine.text.syntax import language_from
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,8 @@ class PromptRenderer:
         so the server's prompt cache (llama.cpp cache_prompt, vLLM prefix caching) keeps matching."""
         key = request.path or ""
         start = self._window_starts.get(key)
-        args = dict(path=request.path, other_documents=self._documents(request))
+        args = dict(path=request.path, language=language_from(request.language, request.path),
+                    other_documents=self._documents(request))
         if start is not None and 0 < start <= len(request.prefix):
             stretched = replace(self.context_budget, prefix_tokens=self.context_budget.prefix_tokens * 5 // 4)
             parts = build_prompt(self.tokenizer, self.template, request.prefix[start:], request.suffix,

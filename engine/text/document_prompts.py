@@ -111,13 +111,14 @@ class DocumentPrompts:
         documents = self.crossfile.documents(path, prefix, other_documents, budget.other_documents_tokens)
         if budget.cold_prefix_tokens:  # a new window: no cache holds it
             budget = replace(budget, prefix_tokens=min(budget.prefix_tokens, budget.cold_prefix_tokens))
-        cut = build_prompt(self.tokenizer, self.template, prefix, cursor.suffix, path=path,
+        cut = build_prompt(self.tokenizer, self.template, prefix, cursor.suffix, path=path, language=cursor.language,
                            other_documents=documents, budget=budget, heal=self.heal)
         start = self._window_starts.get(key)
         if start is not None and 0 < start <= len(prefix):
             stretched = replace(self.budget, prefix_tokens=self.budget.prefix_tokens * 5 // 4)
             kept = build_prompt(self.tokenizer, self.template, prefix[start:], cursor.suffix, path=path,
-                                other_documents=documents, budget=stretched, heal=self.heal)
+                                language=cursor.language, other_documents=documents, budget=stretched,
+                                heal=self.heal)
             if not kept.prefix_truncated and (cached is None or _to_feed(kept, cached) <= _to_feed(cut, cached)):
                 return self._with_lookup_streams(kept, path, other_documents)
         if cut.prefix_truncated:

@@ -114,6 +114,60 @@ def test_suffix_cut_from_the_right_at_a_line_boundary(qwen):
     assert p.token_streams[0] == toks(tok, p.suffix)
 
 
+EMPTIED_BODY_SUFFIX = (
+    "\n\n    def _split(self, text):\n"
+    '        """_split(text : string) -> [string]\n\n'
+    "        Split the text to wrap into indivisible chunks.\n"
+    '        """\n'
+    "        return [c for c in self.wordsep_re.split(text) if c]\n"
+)
+
+
+@pytest.mark.parametrize("budget", range(9, 30))
+def test_suffix_never_ends_on_the_header_of_a_block_it_cuts_off(qwen, budget):
+    # With the header as its last line, a small model writes that function's docstring at the cursor.
+    tok, t = qwen
+    p = build_prompt(tok, t, "    def f(self):\n        ", EMPTIED_BODY_SUFFIX, path="wrap.py",
+                     budget=ContextBudget(suffix_tokens=budget))
+    assert p.suffix_truncated and EMPTIED_BODY_SUFFIX.startswith(p.suffix) and p.suffix.endswith("\n")
+    last = p.suffix.rstrip("\n").split("\n")[-1]
+    assert not last.lstrip().startswith("def ")
+    if "Split the text" in p.suffix:  # past the docstring's first lines: the header stays
+        assert "def _split" in p.suffix
+    assert p.token_streams[0] == toks(tok, p.suffix)
+
+
+def test_a_decorated_header_goes_with_its_decorators(qwen):
+    tok, t = qwen
+    suffix = "\n\n    @property\n    @cache\n    def width(self):\n        return self._width * self.scale + 1\n"
+    p = build_prompt(tok, t, "        x = 1\n        ", suffix, path="m.py", budget=ContextBudget(suffix_tokens=14))
+    assert p.suffix_truncated and p.suffix == "\n\n"
+
+
+def test_a_brace_block_cut_off_is_left_out(qwen):
+    tok, t = qwen
+    suffix = "\n}\n\nfunction area(shape) {\n  return shape.width * shape.height * scaleFactor(shape);\n}\n"
+    p = build_prompt(tok, t, "  return 1;", suffix, path="shapes.js", budget=ContextBudget(suffix_tokens=10))
+    assert p.suffix_truncated and p.suffix == "\n}\n\n"
+    # The language the client names wins over the path's: as plain text nothing is a header but `{`.
+    p = build_prompt(tok, t, "  return 1;", suffix, path="shapes.txt", language="javascript",
+                     budget=ContextBudget(suffix_tokens=10))
+    assert p.suffix == "\n}\n\n"
+
+
+def test_the_rest_of_the_cursor_line_is_kept_even_when_it_opens_a_block(qwen):
+    tok, t = qwen
+    suffix = "def area(shape):\n    return shape.width * shape.height * scale_factor(shape)\n"
+    p = build_prompt(tok, t, "\n\n", suffix, path="m.py", budget=ContextBudget(suffix_tokens=16))
+    assert p.suffix == "def area(shape):\n"
+
+
+def test_a_suffix_that_fits_is_kept_whole_header_and_all(qwen):
+    tok, t = qwen
+    p = build_prompt(tok, t, "x = 1\n", "\n\ndef f():\n", path="m.py", budget=ContextBudget(suffix_tokens=64))
+    assert not p.suffix_truncated and p.suffix == "\n\ndef f():\n"
+
+
 def test_one_enormous_line_is_cut_mid_line(qwen):
     tok, t = qwen
     prefix = "data = [" + ", ".join(str(i) for i in range(5000))
