@@ -211,12 +211,12 @@ class RemoteBackend:
         """(endpoint, JSON body, prompt tokens, whether the prompt continues an anchor)."""
         temperature, seed, limit = request.temperature, request.seed, request.max_new_tokens
         if self.api == "infill":
-            prefix, suffix, documents = self.renderer.windows(request)
+            prefix, suffix, documents = self.renderer.windows(request, cursor.language)
             stops = stop_strings_for(cursor)
             body = infill_body(prefix, suffix, documents, max_tokens=limit, temperature=temperature, stop=stops,
                                seed=seed)
             return "/infill", body, (len(prefix) + len(suffix)) // 3, False
-        prompt = self.renderer.render(request)
+        prompt = self.renderer.render(request, cursor.language)
         body = completions_body(self.model, prompt.prompt, max_tokens=limit, temperature=temperature,
                                 stop=stop_strings_for(cursor),
                                 stop_token_ids=prompt.stop_token_ids, seed=seed)

@@ -21,8 +21,7 @@ from engine.text.anchor import Anchor, typed_since
 from engine.text.crossfile import CrossFileContext, tokenizer_counter
 from engine.errors import ModelError
 from engine.text.fim import FimTemplate, detect_fim_template
-from engine.text.prompt import ContextBudget, build_prompt, encode_middle
-from engine.text.syntax import language_from
+from engine.text.prompt import ContextBudget, build_prompt, encode_middle, end_cut_suffix_cleanly
 
 log = logging.getLogger(__name__)
 
@@ -100,14 +99,15 @@ class PromptRenderer:
         self._anchors: dict[str, Anchor] = {}  # per document: the prompt typing continues
         self.crossfile = CrossFileContext(tokenizer_counter(tokenizer) if tokenizer is not None else None)
 
-    def render(self, request) -> RemotePrompt:
+    def render(self, request, language: str | None = None) -> RemotePrompt:
+        """The request's prompt; `language` (the cursor's) says where the suffix may end (engine/text/prompt.py)."""
         if self.tokenizer is None:
-            return self._as_text(request)
+            return self._as_text(request, language)
         key = request.path or ""
         anchor = self._anchors.get(key)
         typed = typed_since(anchor, key, request.prefix, request.suffix) if anchor is not None else None
         if typed is None:
-            parts = self._sticky_prompt(request)
+            parts = self._sticky_prompt(request, language)
             anchor = self._anchors[key] = Anchor(key, request.prefix, request.suffix, parts.token_ids, [])
         ids = anchor.token_ids + encode_middle(self.tokenizer, self.template, typed or "")
         stops = {self.tokenizer.convert_tokens_to_ids(t) for t in self.template.stop_tokens}
@@ -115,13 +115,12 @@ class PromptRenderer:
         return RemotePrompt(ids, request.suffix, len(ids), sorted(t for t in stops if isinstance(t, int)),
                             anchored=bool(typed))
 
-    def _sticky_prompt(self, request):
+    def _sticky_prompt(self, request, language: str | None):
         """As the local engine does: the prefix window's start stays put while it fits (25 % slack),
         so the server's prompt cache (llama.cpp cache_prompt, vLLM prefix caching) keeps matching."""
         key = request.path or ""
         start = self._window_starts.get(key)
-        args = dict(path=request.path, language=language_from(request.language, request.path),
-                    other_documents=self._documents(request))
+        args = dict(path=request.path, language=language, other_documents=self._documents(request))
         if start is not None and 0 < start <= len(request.prefix):
             stretched = replace(self.context_budget, prefix_tokens=self.context_budget.prefix_tokens * 5 // 4)
             parts = build_prompt(self.tokenizer, self.template, request.prefix[start:], request.suffix,
@@ -141,11 +140,14 @@ class PromptRenderer:
         return self.crossfile.documents(request.path, request.prefix, request.other_documents,
                                         self.context_budget.other_documents_tokens)
 
-    def windows(self, request) -> tuple[str, str, list[tuple[str, str]]]:
-        """Prefix, suffix and other documents cut to the budget in characters (no tokenizer here)."""
+    def windows(self, request, language: str | None = None) -> tuple[str, str, list[tuple[str, str]]]:
+        """Prefix, suffix and other documents cut to the budget in characters (no tokenizer here);
+        a suffix cut short ends as the local engine's does (engine/text/prompt.py)."""
         budget = self.context_budget
         prefix = _tail_lines(request.prefix, budget.prefix_tokens * CHARS_PER_TOKEN)
         suffix = _head_lines(request.suffix, budget.suffix_tokens * CHARS_PER_TOKEN)
+        if len(suffix) < len(request.suffix):
+            suffix = end_cut_suffix_cleanly(suffix, language)
         documents, room = [], budget.other_documents_tokens * CHARS_PER_TOKEN
         for path, text in self._documents(request):
             kept = _head_lines(text, room - len(path) - 2)
@@ -154,8 +156,8 @@ class PromptRenderer:
                 room -= len(path) + 2 + len(kept)
         return prefix, suffix, documents
 
-    def _as_text(self, request) -> RemotePrompt:
-        prefix, suffix, documents = self.windows(request)
+    def _as_text(self, request, language: str | None) -> RemotePrompt:
+        prefix, suffix, documents = self.windows(request, language)
         text = self.template.render(self._defuse(prefix), self._defuse(suffix), path=request.path,
                                     other_documents=[(path, self._defuse(doc)) for path, doc in documents])
         return RemotePrompt(text, suffix, len(text) // CHARS_PER_TOKEN)

@@ -211,20 +211,25 @@ def _keep_head(enc: _Encoder, text: str, budget: int) -> tuple[str, bool]:
 
 
 def _keep_suffix_head(enc: _Encoder, suffix: str, budget: int, language: str | None) -> tuple[str, bool]:
-    """The suffix's head within ``budget`` tokens, cut where it gives a FIM model no line to go on
-    writing: at a line end (the rest of the cursor's own line is kept whole or cut, never dropped),
-    and not after a line that opens a block, or a decorator, whose body the cut leaves out.
+    """The suffix's head within ``budget`` tokens (``end_cut_suffix_cleanly`` where it is cut)."""
+    kept, truncated = _keep_head(enc, suffix, budget)
+    return (end_cut_suffix_cleanly(kept, language) if truncated else kept), truncated
+
+
+def end_cut_suffix_cleanly(kept: str, language: str | None) -> str:
+    """A suffix cut short by a budget, ended where a FIM model has no line to go on writing: at a
+    line end (the rest of the cursor's own line is kept, whole or cut, never dropped), and not
+    after a line that opens a block, or a decorator, whose body the cut leaves out.
 
     A small model continues a suffix that ends mid-thought: with 16 tokens after an emptied body,
     `\n\n    def _split(self, text):\n` made the 0.5B write `_split`'s docstring at the cursor, in
     13 of 64 emptied bodies of held-out files (docs/benchmarks.md, "Where the suffix ends")."""
-    kept, truncated = _keep_head(enc, suffix, budget)
-    if not truncated or "\n" not in kept:
-        return kept, truncated
+    if "\n" not in kept:
+        return kept
     cursor_line, *below = kept[: kept.rfind("\n")].split("\n")
     while below and (line_opens_block(below[-1], language) or below[-1].lstrip().startswith("@")):
         below.pop()
-    return "".join(line + "\n" for line in [cursor_line, *below]), True
+    return "".join(line + "\n" for line in [cursor_line, *below])
 
 
 def _encode_segments(enc: _Encoder, segments: Sequence[Segment]) -> list[int]:

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from support.toy_tokenizers import make_tokenizer  # noqa: E402
 
+from engine.backends.remote_prompt import PromptRenderer  # noqa: E402
+from engine.completion import CompletionRequest  # noqa: E402
 from engine.text.fim import detect_fim_template  # noqa: E402
 from engine.text.prompt import ContextBudget, build_prompt  # noqa: E402
 
@@ -166,6 +168,18 @@ def test_a_suffix_that_fits_is_kept_whole_header_and_all(qwen):
     tok, t = qwen
     p = build_prompt(tok, t, "x = 1\n", "\n\ndef f():\n", path="m.py", budget=ContextBudget(suffix_tokens=64))
     assert not p.suffix_truncated and p.suffix == "\n\ndef f():\n"
+
+
+def test_a_remote_servers_text_prompt_ends_its_suffix_the_same_way():
+    # Without the model's tokenizer the remote backend cuts in characters (llama.cpp's /infill).
+    renderer = PromptRenderer()
+    renderer.context_budget = ContextBudget(suffix_tokens=4)  # 32 characters
+    request = CompletionRequest(prefix="    def f(self):\n        ", suffix=EMPTIED_BODY_SUFFIX, path="wrap.py")
+    _, suffix, _ = renderer.windows(request, "python")
+    assert suffix == "\n\n"
+    assert renderer.render(request, "python").suffix == "\n\n"
+    whole = CompletionRequest(prefix="x = 1\n", suffix="\n\ndef f():\n", path="m.py")
+    assert renderer.windows(whole, "python")[1] == "\n\ndef f():\n"  # nothing cut, nothing dropped
 
 
 def test_one_enormous_line_is_cut_mid_line(qwen):
