@@ -1,11 +1,11 @@
 """Build a token-budgeted FIM prompt: prefix, suffix and other documents.
 
 The prefix is cut from the LEFT at a line boundary, the suffix from the RIGHT (at a line end,
-and never right after a block header: `_keep_suffix_head`), other documents are trimmed (their
-head is kept) or dropped to fit their budget. Tokens are
-counted with the model's tokenizer, but only over a character window around the cursor
-(about ``CHARS_PER_TOKEN`` characters per budgeted token), so a 5 MB document costs no
-more than a small one.
+and never right after a block header it cuts off: ``end_cut_suffix_cleanly``), other documents
+are trimmed (their head is kept) or dropped to fit their budget. Tokens are counted with the
+model's tokenizer, but only over a character window around the cursor (about
+``CHARS_PER_TOKEN`` characters per budgeted token), so a 5 MB document costs no more than a
+small one.
 
 User text is tokenized with special-token matching off: a file that contains
 "<|fim_prefix|>" gets the characters of that string, never the control token. The
