@@ -149,9 +149,10 @@ async def test_a_multi_line_answer_is_ready_at_its_first_whole_line_then_whole(s
     (quick, editor), (patient, patient_editor) = services
     for service in (quick, patient):
         service.settings = replace(service.settings, multiline="always", max_new_tokens=40)
-    line, character = 5, 0  # a blank line between two functions: the tiny model writes a line, then more
+    line, character = 20, 0  # a blank line between two functions: the tiny model writes a line, then more
     [expected] = await patient_answer(patient, patient_editor, URI, line, character)
-    assert expected.split("\n")[0].strip() and expected.split("\n", 1)[-1].strip()
+    first_line, rest = expected.split("\n", 1) if "\n" in expected else (expected, "")
+    assert first_line.strip() and rest.strip()  # the spot still gets a multi-line answer from the tiny model
     kept_when_told: list[str] = []
     notify = quick.notify
 
