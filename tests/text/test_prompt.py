@@ -151,10 +151,16 @@ def test_a_brace_block_cut_off_is_left_out(qwen):
     suffix = "\n}\n\nfunction area(shape) {\n  return shape.width * shape.height * scaleFactor(shape);\n}\n"
     p = build_prompt(tok, t, "  return 1;", suffix, path="shapes.js", budget=ContextBudget(suffix_tokens=10))
     assert p.suffix_truncated and p.suffix == "\n}\n\n"
-    # The language the client names wins over the path's: as plain text nothing is a header but `{`.
-    p = build_prompt(tok, t, "  return 1;", suffix, path="shapes.txt", language="javascript",
-                     budget=ContextBudget(suffix_tokens=10))
-    assert p.suffix == "\n}\n\n"
+
+
+def test_the_language_the_client_names_wins_over_the_paths(qwen):
+    # `case 1:` opens a block in Python (match), not in JavaScript (switch), where only `{` does.
+    tok, t = qwen
+    suffix = "\n    case 1:\n        return one(shape) * scaleFactor(shape, other, things);\n"
+    cut = ContextBudget(suffix_tokens=12)
+    as_python = build_prompt(tok, t, "  y = 0;", suffix, path="shapes.txt", budget=cut)  # no language: indentation
+    as_javascript = build_prompt(tok, t, "  y = 0;", suffix, path="shapes.txt", language="javascript", budget=cut)
+    assert as_python.suffix == "\n" and as_javascript.suffix == "\n    case 1:\n"
 
 
 def test_the_rest_of_the_cursor_line_is_kept_even_when_it_opens_a_block(qwen):
