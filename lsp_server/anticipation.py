@@ -23,6 +23,7 @@ import asyncio
 import statistics
 from collections import deque
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from lsprotocol import types
 
@@ -55,6 +56,14 @@ class Anticipated:
         """The run is for this request's document version and position."""
         mine = self.cursor
         return (mine.uri, mine.version, mine.offset) == (cursor.uri, cursor.version, cursor.offset)
+
+
+class Edit(NamedTuple):
+    """A document's last edit."""
+
+    version: int | None
+    at: float  # time.monotonic()
+    key: bool  # one key's edit (is_keystroke): the rhythm is the gaps between keys
 
 
 def small_change(params: types.DidChangeTextDocumentParams) -> types.TextDocumentContentChangePartial | None:
@@ -99,8 +108,7 @@ class Anticipation:
     def __init__(self) -> None:
         self.runs: dict[str, Anticipated] = {}  # per document: the run started at its last edit
         self.last_automatic: float | None = None  # the client's last automatic request
-        # Per document: (version, when, whether it was a key) of its last edit.
-        self.edits: dict[str, tuple[int | None, float, bool]] = {}
+        self.edits: dict[str, Edit] = {}  # per document: its last edit
         self.debounces: deque[float] = deque(maxlen=DEBOUNCE_SAMPLES)
         self.key_gaps: deque[float] = deque(maxlen=RHYTHM_SAMPLES)  # seconds between the user's edits, typing
 
@@ -111,9 +119,9 @@ class Anticipation:
         """An edit: remembers when, and whether it was a key (the rhythm is the gaps between keys);
         hands back the run the previous edit started, if any."""
         last = self.edits.get(uri)
-        if key and last is not None and last[2] and 0 < now - last[1] <= MAX_KEY_GAP_S:
-            self.key_gaps.append(now - last[1])
-        self.edits[uri] = (version, now, key)
+        if key and last is not None and last.key and 0 < now - last.at <= MAX_KEY_GAP_S:
+            self.key_gaps.append(now - last.at)
+        self.edits[uri] = Edit(version, now, key)
         return self.runs.pop(uri, None)
 
     def asked(self, cursor: Cursor, now: float, automatic: bool) -> None:
@@ -121,9 +129,9 @@ class Anticipation:
         if not automatic:
             return
         self.last_automatic = now
-        version, edited_at, _ = self.edits.get(cursor.uri, (None, None, False))
-        if version == cursor.version and edited_at is not None and 0 <= now - edited_at <= MAX_DEBOUNCE_S:
-            self.debounces.append(now - edited_at)
+        last = self.edits.get(cursor.uri)
+        if last is not None and last.version == cursor.version and 0 <= now - last.at <= MAX_DEBOUNCE_S:
+            self.debounces.append(now - last.at)
 
     def expected_request(self, edited_at: float) -> float:
         """When the request for this edit should arrive: the shortest debounce seen lately, so a
@@ -135,9 +143,9 @@ class Anticipation:
         between keys lately (the user's rhythm); None while that is not known, or when the last
         edit was no key."""
         last = self.edits.get(uri)
-        if last is None or not last[2] or len(self.key_gaps) < MIN_RHYTHM_SAMPLES:
+        if last is None or not last.key or len(self.key_gaps) < MIN_RHYTHM_SAMPLES:
             return None
-        return last[1] + statistics.median(self.key_gaps)
+        return last.at + statistics.median(self.key_gaps)
 
     def started(self, run: Anticipated) -> None:
         self.runs[run.cursor.uri] = run

@@ -210,12 +210,6 @@ def _keep_head(enc: _Encoder, text: str, budget: int) -> tuple[str, bool]:
     return piece[:end], True
 
 
-def _keep_suffix_head(enc: _Encoder, suffix: str, budget: int, language: str | None) -> tuple[str, bool]:
-    """The suffix's head within ``budget`` tokens (``end_cut_suffix_cleanly`` where it is cut)."""
-    kept, truncated = _keep_head(enc, suffix, budget)
-    return (end_cut_suffix_cleanly(kept, language) if truncated else kept), truncated
-
-
 def end_cut_suffix_cleanly(kept: str, language: str | None) -> str:
     """A suffix cut short by a budget, ended where a FIM model has no line to go on writing: at a
     line end (the rest of the cursor's own line is kept, whole or cut, never dropped), and not
@@ -274,8 +268,9 @@ def build_prompt(
     enc = _Encoder(tokenizer, sorted(control))
 
     kept_prefix, prefix_truncated = _keep_tail(enc, prefix, budget.prefix_tokens)
-    language = language or language_from(None, path)
-    kept_suffix, suffix_truncated = _keep_suffix_head(enc, suffix, budget.suffix_tokens, language)
+    kept_suffix, suffix_truncated = _keep_head(enc, suffix, budget.suffix_tokens)
+    if suffix_truncated:
+        kept_suffix = end_cut_suffix_cleanly(kept_suffix, language or language_from(None, path))
 
     docs: list[tuple[str, str]] = []
     remaining = budget.other_documents_tokens

@@ -14,8 +14,8 @@ from dataclasses import replace
 import pytest
 from lsprotocol import types
 
-from lsp_server.anticipation import (MAX_TYPED_CHARS, MIN_RHYTHM_SAMPLES, Anticipation, cursor_after_edit,
-                                     is_keystroke)
+from lsp_server.anticipation import (MAX_TYPED_CHARS, MIN_RHYTHM_SAMPLES, Anticipation, Edit,
+                                     cursor_after_edit, is_keystroke)
 from lsp_server.context import locate
 from lsp_server.model_runs import MIN_TYPING_BUDGET_S, NEXT_KEY_MARGIN_S
 from test_ready import (CHARACTER, LINE, PATIENT_MS, TEXT, URI, Gate, Results, no_idle_warms, patient_answer,  # noqa: F401
@@ -262,7 +262,7 @@ async def test_a_request_answers_before_the_next_key_is_due_and_its_ghost_text_f
     gap = 0.2
     try:
         quick.anticipation.key_gaps.extend([gap] * MIN_RHYTHM_SAMPLES)
-        quick.anticipation.edits[URI] = (1, time.monotonic(), True)  # a key just now: the next is due in 0.2 s
+        quick.anticipation.edits[URI] = Edit(1, time.monotonic(), True)  # a key just now: the next is due in 0.2 s
         budget = quick.budget_s(locate(editor.workspace.get_text_document(URI), types.Position(LINE, CHARACTER)),
                                 time.monotonic())
         assert MIN_TYPING_BUDGET_S <= budget <= gap - NEXT_KEY_MARGIN_S
@@ -286,11 +286,11 @@ def test_no_cut_without_a_rhythm_past_the_next_key_or_when_switched_off(services
     patient(quick)
     assert quick.budget_s(cursor, now) == budget  # no rhythm yet
     quick.anticipation.key_gaps.extend([0.2] * MIN_RHYTHM_SAMPLES)
-    quick.anticipation.edits[URI] = (1, now - 1.0, True)  # the next key was due long ago: a pause
+    quick.anticipation.edits[URI] = Edit(1, now - 1.0, True)  # the next key was due long ago: a pause
     assert quick.budget_s(cursor, now) == budget
-    quick.anticipation.edits[URI] = (1, now, True)
+    quick.anticipation.edits[URI] = Edit(1, now, True)
     assert quick.budget_s(cursor, now) == pytest.approx(0.2 - NEXT_KEY_MARGIN_S)
-    quick.anticipation.edits[URI] = (1, now, False)  # a deleted block: the user is not mid-burst
+    quick.anticipation.edits[URI] = Edit(1, now, False)  # a deleted block: the user is not mid-burst
     assert quick.budget_s(cursor, now) == budget
     quick.configure({"answerBeforeNextKey": False})
     assert quick.budget_s(cursor, now) == budget
