@@ -19,7 +19,7 @@ from typing import Any, Callable
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
-from lsp_server.plain_data import plain_data
+from lsp_server.wire.plain_data import plain_data
 
 log = logging.getLogger(__name__)
 

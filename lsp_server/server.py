@@ -8,8 +8,8 @@ from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
 from lsp_server.documents import canonical_uri
-from lsp_server.plain_data import plain_data
-from lsp_server.protocol import Protocol
+from lsp_server.wire.plain_data import plain_data
+from lsp_server.wire.protocol import Protocol
 from lsp_server.context import ACCEPT_COMMAND
 from lsp_server.service import CompletionService
 from lsp_server.settings import Settings, apply_client_settings

@@ -13,7 +13,7 @@ from engine.drafters import make_drafter
 from engine.errors import ConfigError
 from engine.modes import DRAFTER_MODES, check_drafter, multiline_flag, needs_draft_model
 from engine.stats import percentile
-from lsp_server.plain_data import plain_data
+from lsp_server.wire.plain_data import plain_data
 from lsp_server.settings import Settings, apply_client_settings
 from lsp_server.telemetry import Telemetry
 

@@ -74,7 +74,7 @@ def settings_from_args(args: argparse.Namespace):
 
 def run_serve(args: argparse.Namespace) -> int:
     from lsp_server.server import create_server
-    from lsp_server.transport import serve_stdio
+    from lsp_server.wire.transport import serve_stdio
 
     if args.log_file:
         handler = logging.FileHandler(args.log_file)
@@ -88,7 +88,7 @@ def run_serve(args: argparse.Namespace) -> int:
         logging.getLogger().setLevel(logging.WARNING)
     settings = settings_from_args(args)
     if args.tcp:
-        from lsp_server.tcp import serve_tcp
+        from lsp_server.wire.tcp import serve_tcp
 
         return asyncio.run(serve_tcp(settings, args.host, args.port, token_file=args.token_file))
     server = create_server(settings)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lsp_server.framing import FrameReader
+from lsp_server.wire.framing import FrameReader
 from support.raw_client import serving
 
 pytestmark = pytest.mark.timeout(900)

@@ -11,7 +11,7 @@ import pytest
 from lsprotocol import types
 
 from support.lsp_client import ServerSession
-from lsp_server.plain_data import plain_data
+from lsp_server.wire.plain_data import plain_data
 
 pytestmark = pytest.mark.timeout(300)
 

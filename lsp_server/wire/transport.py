@@ -25,7 +25,7 @@ import sys
 import threading
 from typing import Any, BinaryIO
 
-from lsp_server.framing import FrameReader
+from lsp_server.wire.framing import FrameReader
 
 log = logging.getLogger(__name__)
 

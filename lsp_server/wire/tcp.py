@@ -25,8 +25,8 @@ import os
 import secrets
 from pathlib import Path
 
-from lsp_server.framing import MAX_BODY_BYTES, FrameReader
-from lsp_server.transport import CHUNK_BYTES, INVALID_REQUEST, Session
+from lsp_server.wire.framing import MAX_BODY_BYTES, FrameReader
+from lsp_server.wire.transport import CHUNK_BYTES, INVALID_REQUEST, Session
 from lsp_server.warming import Warmer
 
 log = logging.getLogger(__name__)
