@@ -15,7 +15,7 @@ from lsprotocol import types
 
 from engine.completion import CompletionRequest
 from engine.modes import multiline_flag
-from lsp_server.settings import Settings
+from lsp_server.workspace.settings import Settings
 
 ACCEPT_COMMAND = "quickdraft.accepted"  # an item's command: the user took it
 

@@ -7,12 +7,12 @@ import logging
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
-from lsp_server.documents import canonical_uri
+from lsp_server.workspace.documents import canonical_uri
 from lsp_server.wire.plain_data import plain_data
 from lsp_server.wire.protocol import Protocol
 from lsp_server.context import ACCEPT_COMMAND
 from lsp_server.service import CompletionService
-from lsp_server.settings import Settings, apply_client_settings
+from lsp_server.workspace.settings import Settings, apply_client_settings
 from lsp_server.warming import CURSOR_NOTIFICATION
 
 log = logging.getLogger(__name__)

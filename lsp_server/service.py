@@ -20,14 +20,14 @@ from lsprotocol import types
 from engine.backends.base import Health
 from engine.errors import QuickdraftError
 from lsp_server.anticipation import Anticipated, Anticipation, cursor_after_edit, is_keystroke
-from lsp_server.backends import describe_choice, open_backend
+from lsp_server.workspace.backends import describe_choice, open_backend
 from lsp_server.context import Cursor, inline_items, locate, looks_binary
 from lsp_server.following import DecodeOn
-from lsp_server.gc_pauses import Collector
+from lsp_server.workspace.gc_pauses import Collector
 from lsp_server.model_runs import EMPTY, ModelRuns
 from lsp_server.scheduler import Scheduler
-from lsp_server.settings import Settings, apply_client_settings
-from lsp_server.telemetry import RequestRecord, Telemetry
+from lsp_server.workspace.settings import Settings, apply_client_settings
+from lsp_server.workspace.telemetry import RequestRecord, Telemetry
 from lsp_server.typethrough import Shown, type_through
 from lsp_server.warming import MAX_WARM_CHARS, Warmer
 

@@ -14,8 +14,8 @@ from engine.errors import ConfigError
 from engine.modes import DRAFTER_MODES, check_drafter, multiline_flag, needs_draft_model
 from engine.stats import percentile
 from lsp_server.wire.plain_data import plain_data
-from lsp_server.settings import Settings, apply_client_settings
-from lsp_server.telemetry import Telemetry
+from lsp_server.workspace.settings import Settings, apply_client_settings
+from lsp_server.workspace.telemetry import Telemetry
 
 
 def test_drafter_modes_and_which_need_a_draft_model():

@@ -207,7 +207,7 @@ def format_table(result: dict) -> str:
 
 
 def collector_lines(modes: Sequence[dict]) -> list[str]:
-    """The server's full garbage collections while it served (lsp_server/gc_pauses.py): each stops it."""
+    """The server's full garbage collections while it served (lsp_server/workspace/gc_pauses.py): each stops it."""
     lines = []
     for s in modes:
         collector = (s.get("server_stats") or {}).get("collector")

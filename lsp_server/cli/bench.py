@@ -334,7 +334,7 @@ def run_quality(args: argparse.Namespace) -> int:
     from engine.bench.quality_holes import DEFAULT_LANGUAGES, QUALITY_KINDS, make_quality_holes
     from engine.completion import CompletionEngine
     from engine.errors import QuickdraftError
-    from lsp_server.settings import machine_defaults
+    from lsp_server.workspace.settings import machine_defaults
 
     kinds, configs = _csv(args.kinds, QUALITY_KINDS), _csv(args.configs, CONFIGS)
     unknown = [k for k in kinds if k not in QUALITY_KINDS] + [c for c in configs if c not in CONFIGS]

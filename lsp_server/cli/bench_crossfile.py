@@ -26,7 +26,7 @@ def run_crossfile(args: argparse.Namespace) -> int:
     from engine.completion import CompletionEngine
     from engine.errors import QuickdraftError
     from lsp_server.cli.bench_args import comma_list as _csv, pick as _pick, report as _report
-    from lsp_server.settings import machine_defaults
+    from lsp_server.workspace.settings import machine_defaults
 
     configs = _csv(args.configs, ("raw", "context"))
     unknown = [c for c in configs if c not in CONFIGS]

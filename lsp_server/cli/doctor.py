@@ -65,7 +65,7 @@ class Plan:
 
 
 def settings_for(args: argparse.Namespace):
-    from lsp_server.settings import machine_defaults
+    from lsp_server.workspace.settings import machine_defaults
 
     flags = {"verifier": args.verifier, "draft": args.draft, "drafter": args.drafter, "dtype": args.dtype,
              "device": args.device, "budget_ms": args.budget_ms}

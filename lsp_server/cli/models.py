@@ -62,7 +62,7 @@ def _tiny(args: argparse.Namespace) -> int:
 def machine_presets() -> list[str]:
     """The presets `quickdraft serve` loads by default here: the 0.5B alone on a CPU, the pair on a GPU."""
     from engine.modes import needs_draft_model
-    from lsp_server.settings import machine_defaults
+    from lsp_server.workspace.settings import machine_defaults
 
     settings = machine_defaults()
     names = [settings.verifier]

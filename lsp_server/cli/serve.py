@@ -57,7 +57,7 @@ def probability(text: str) -> float:
 
 
 def settings_from_args(args: argparse.Namespace):
-    from lsp_server.settings import machine_defaults
+    from lsp_server.workspace.settings import machine_defaults
 
     settings = machine_defaults()
     flags = {"verifier": args.verifier, "draft": args.draft, "drafter": args.drafter, "dtype": args.dtype,

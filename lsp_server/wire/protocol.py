@@ -26,7 +26,7 @@ from pygls.exceptions import JsonRpcException
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
-from lsp_server.documents import Workspace, canonical_uri
+from lsp_server.workspace.documents import Workspace, canonical_uri
 
 log = logging.getLogger(__name__)
 

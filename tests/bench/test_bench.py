@@ -231,7 +231,7 @@ def test_session_bench_end_to_end_through_the_server(tiny_model_dir, tiny_draft_
     assert "p50 ms" in printed and "full garbage collections while serving" in printed
     result = json.loads((out / "session.json").read_text())
     assert (out / "session-latency-cdf.png").stat().st_size > 0 and (out / "session-tau.png").stat().st_size > 0
-    # The server froze its loaded models out of the collector's full collections (lsp_server/gc_pauses.py).
+    # The server froze its loaded models out of the collector's full collections (lsp_server/workspace/gc_pauses.py).
     assert result["server_stats"]["collector"]["frozenObjects"] > 0
 
     requests = result["requests"]

@@ -16,8 +16,8 @@ from engine.drafters import DrafterConfig, make_drafter
 from engine.models.loading import load_model
 from engine.text.prompt import ContextBudget
 from lsp_server.cli import main as cli_main
-from lsp_server.settings import Settings, apply_client_settings
-from lsp_server.telemetry import RequestRecord, Telemetry
+from lsp_server.workspace.settings import Settings, apply_client_settings
+from lsp_server.workspace.telemetry import RequestRecord, Telemetry
 
 from support.tiny_models import TINY_VOCAB
 

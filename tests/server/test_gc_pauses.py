@@ -1,5 +1,5 @@
 """The models' objects are frozen out of the garbage collector's sight once loaded
-(lsp_server/gc_pauses.py): full collections then scan only what requests make, not the models,
+(lsp_server/workspace/gc_pauses.py): full collections then scan only what requests make, not the models,
 so they do not stop the server for a quarter second. A real tiny model in the real service."""
 
 from __future__ import annotations

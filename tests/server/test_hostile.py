@@ -67,7 +67,7 @@ def test_handled_notifications_leave_no_futures_behind():
     """pygls kept a future per generator-handled notification (didOpen, didChange, didClose)
     for ever: ~2 KB each. In-process, to count them exactly."""
     from lsp_server.server import create_server
-    from lsp_server.settings import Settings
+    from lsp_server.workspace.settings import Settings
 
     server = create_server(Settings(verifier="not-loaded"))
     protocol = server.protocol
@@ -351,7 +351,7 @@ def test_tree_sampling_with_draft_vocabularies_padded_differently_follows_the_ve
 
 # -- 11. Bounded telemetry, a pinned hub revision ----------------------------------------------
 def test_telemetry_remembers_a_bounded_number_of_item_ids():
-    from lsp_server.telemetry import TRACKED_ITEMS, Telemetry
+    from lsp_server.workspace.telemetry import TRACKED_ITEMS, Telemetry
 
     telemetry = Telemetry()
     for i in range(3 * TRACKED_ITEMS):  # any number of made-up ids, as long as a client likes

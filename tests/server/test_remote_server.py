@@ -169,7 +169,7 @@ def test_serve_explains_a_backend_it_cannot_use(args, words):
 
 
 def test_backend_settings_from_the_client():
-    from lsp_server.settings import Settings, apply_client_settings
+    from lsp_server.workspace.settings import Settings, apply_client_settings
 
     settings = apply_client_settings(Settings(), {"quickdraft": {
         "backend": "http://127.0.0.1:8080", "backendModel": "qwen", "backendTokenizer": "none",

@@ -11,7 +11,7 @@ from lsprotocol import types
 from pygls.workspace import Workspace
 
 from lsp_server.service import CompletionService
-from lsp_server.settings import Settings
+from lsp_server.workspace.settings import Settings
 
 pytestmark = pytest.mark.timeout(300)
 

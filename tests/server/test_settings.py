@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from lsp_server.settings import Settings, apply_client_settings
+from lsp_server.workspace.settings import Settings, apply_client_settings
 
 
 def test_client_names_are_camel_case_and_may_be_nested_in_a_section():
@@ -25,7 +25,7 @@ def test_client_settings_overlay_the_flags_they_name_and_keep_the_rest():
 def test_wrong_values_are_logged_and_ignored(caplog):
     bad = {"budgetMs": "fast", "maxNewTokens": 0, "prefixTokens": 10**9, "enabled": "yes", "multiline": "sometimes",
            "disabledLanguages": "python", "verifier": 7, "drafter": "telepathy", "suffixTokens": True}
-    with caplog.at_level(logging.WARNING, logger="lsp_server.settings"):
+    with caplog.at_level(logging.WARNING, logger="lsp_server.workspace.settings"):
         assert apply_client_settings(Settings(), bad) == Settings()
     assert len(caplog.records) == len(bad)
     assert apply_client_settings(Settings(), None) == Settings() and apply_client_settings(Settings(), [1]) == Settings()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lsp_server.telemetry import RETUNE_MIN_DRAFTED, WINDOW, RequestRecord, Telemetry
+from lsp_server.workspace.telemetry import RETUNE_MIN_DRAFTED, WINDOW, RequestRecord, Telemetry
 
 
 def model_record(i: int, *, drafted: int = 0, accepted: int = 0, latency_ms: float = 50.0, **extra) -> RequestRecord:

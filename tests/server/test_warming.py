@@ -22,7 +22,7 @@ from engine.completion import CPU_CONTEXT_BUDGET, CompletionEngine, CompletionRe
 from engine.models.loading import load_model
 from lsp_server import warming
 from lsp_server.service import CompletionService
-from lsp_server.settings import Settings
+from lsp_server.workspace.settings import Settings
 
 pytestmark = pytest.mark.timeout(300)
 

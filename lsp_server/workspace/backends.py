@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from engine.backends.base import Backend, BackendError, HealthCallback
-from lsp_server.settings import Settings
+from lsp_server.workspace.settings import Settings
 
 
 def describe_choice(settings: Settings) -> str:
