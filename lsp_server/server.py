@@ -10,10 +10,10 @@ from pygls.lsp.server import LanguageServer
 from lsp_server.workspace.documents import canonical_uri
 from lsp_server.wire.plain_data import plain_data
 from lsp_server.wire.protocol import Protocol
-from lsp_server.context import ACCEPT_COMMAND
-from lsp_server.service import CompletionService
+from lsp_server.answering.context import ACCEPT_COMMAND
+from lsp_server.answering.service import CompletionService
 from lsp_server.workspace.settings import Settings, apply_client_settings
-from lsp_server.warming import CURSOR_NOTIFICATION
+from lsp_server.answering.warming import CURSOR_NOTIFICATION
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def create_server(settings: Settings, service: CompletionService | None = None) 
 
     @server.feature(CURSOR_NOTIFICATION)
     def did_change_cursor(ls: LanguageServer, params) -> None:
-        """The client's cursor rested somewhere: warm the cache there (lsp_server/warming.py)."""
+        """The client's cursor rested somewhere: warm the cache there (lsp_server/answering/warming.py)."""
         service.warmer.did_change_cursor(ls.workspace, params)
 
     @server.command(ACCEPT_COMMAND)

@@ -16,7 +16,7 @@ it the answer is withheld — empty, with the reason in the result — and never
 A withheld answer is kept with how much of it the user must type first (`show_after`): the
 gate then judges only the tokens still to be accepted. The first token of an answer is
 usually its least sure (which statement starts here?); once the user has typed it, the rest
-may well pass, and is shown as the user types through it (lsp_server/typethrough.py).
+may well pass, and is shown as the user types through it (lsp_server/answering/typethrough.py).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from lsp_server.wire.framing import MAX_BODY_BYTES, FrameReader
 from lsp_server.wire.transport import CHUNK_BYTES, INVALID_REQUEST, Session
-from lsp_server.warming import Warmer
+from lsp_server.answering.warming import Warmer
 
 log = logging.getLogger(__name__)
 

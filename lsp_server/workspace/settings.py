@@ -28,11 +28,11 @@ class Settings:
     other_documents_tokens: int | None = None
     cold_prefix_tokens: int | None = None  # the prefix of a prompt no cache holds (a jump); 0: as prefix_tokens
     adaptive_drafting: bool = True  # switch drafters when draft acceptance stays under 50 %
-    warm: bool = True  # prefill the cursor's prompt window in the background (lsp_server/warming.py)
-    # Start the model at an edit, before the client's debounced request (lsp_server/anticipation.py).
+    warm: bool = True  # prefill the cursor's prompt window in the background (lsp_server/answering/warming.py)
+    # Start the model at an edit, before the client's debounced request (lsp_server/answering/anticipation.py).
     anticipate: bool = True
     # While the user types, answer before their next key is due (it cancels the request) with what is
-    # verified by then; the rest follows as ghost text (lsp_server/model_runs.py budget_s).
+    # verified by then; the rest follows as ghost text (lsp_server/answering/model_runs.py budget_s).
     answer_before_next_key: bool = True
     # Withhold answers whose verifier confidence is below this (engine/decoding/confidence.py; 0: show all;
     # None: the threshold measured for the verifier, 0.5 for the 0.5B).

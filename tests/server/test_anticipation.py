@@ -1,5 +1,5 @@
 """Runs started at an edit, before the client's debounced request, and answers cut to the user's
-typing rhythm (lsp_server/anticipation.py, lsp_server/service.py).
+typing rhythm (lsp_server/answering/anticipation.py, lsp_server/answering/service.py).
 
 In-process, on the tiny float32 model, with the `Gate` of test_ready.py holding the engine's
 worker inside a forward wherever a test must act while a run is in flight.
@@ -14,10 +14,10 @@ from dataclasses import replace
 import pytest
 from lsprotocol import types
 
-from lsp_server.anticipation import (MAX_TYPED_CHARS, MIN_RHYTHM_SAMPLES, Anticipation, Edit,
+from lsp_server.answering.anticipation import (MAX_TYPED_CHARS, MIN_RHYTHM_SAMPLES, Anticipation, Edit,
                                      cursor_after_edit, is_keystroke)
-from lsp_server.context import locate
-from lsp_server.model_runs import MIN_TYPING_BUDGET_S, NEXT_KEY_MARGIN_S
+from lsp_server.answering.context import locate
+from lsp_server.answering.model_runs import MIN_TYPING_BUDGET_S, NEXT_KEY_MARGIN_S
 from test_ready import (CHARACTER, LINE, PATIENT_MS, TEXT, URI, Gate, Results, no_idle_warms, patient_answer,  # noqa: F401
                         ready, services, texts, until)
 from test_service import Editor, complete

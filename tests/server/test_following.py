@@ -1,11 +1,11 @@
-"""When a request follows the decode going on instead of cancelling it (lsp_server/following.py)."""
+"""When a request follows the decode going on instead of cancelling it (lsp_server/answering/following.py)."""
 
 from __future__ import annotations
 
 import threading
 
-from lsp_server.context import Cursor
-from lsp_server.following import DecodeOn
+from lsp_server.answering.context import Cursor
+from lsp_server.answering.following import DecodeOn
 
 URI = "file:///project/calc.py"
 

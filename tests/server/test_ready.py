@@ -19,9 +19,9 @@ from dataclasses import replace
 
 import pytest
 
-from lsp_server import warming
-from lsp_server.model_runs import READY_NOTIFICATION
-from lsp_server.warming import Spot
+from lsp_server.answering import warming
+from lsp_server.answering.model_runs import READY_NOTIFICATION
+from lsp_server.answering.warming import Spot
 from test_service import Editor, complete, make_service
 
 pytestmark = pytest.mark.timeout(300)

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from lsp_server.scheduler import Scheduler, Superseded
+from lsp_server.answering.scheduler import Scheduler, Superseded
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,7 +10,7 @@ import pytest
 from lsprotocol import types
 from pygls.workspace import Workspace
 
-from lsp_server.service import CompletionService
+from lsp_server.answering.service import CompletionService
 from lsp_server.workspace.settings import Settings
 
 pytestmark = pytest.mark.timeout(300)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from lsp_server.context import Cursor
-from lsp_server.typethrough import Shown, extends, type_through
+from lsp_server.answering.context import Cursor
+from lsp_server.answering.typethrough import Shown, extends, type_through
 
 URI = "file:///project/calc.py"
 

@@ -1,4 +1,4 @@
-"""Warming the KV cache ahead of the request (lsp_server/warming.py).
+"""Warming the KV cache ahead of the request (lsp_server/answering/warming.py).
 
 In-process: the real CompletionService, its scheduler and a CompletionEngine on the tiny
 float32 model, with a pygls Workspace holding the documents — only the JSON-RPC transport
@@ -20,8 +20,8 @@ from pygls.workspace import Workspace
 from engine.backends.local import LocalBackend
 from engine.completion import CPU_CONTEXT_BUDGET, CompletionEngine, CompletionRequest
 from engine.models.loading import load_model
-from lsp_server import warming
-from lsp_server.service import CompletionService
+from lsp_server.answering import warming
+from lsp_server.answering.service import CompletionService
 from lsp_server.workspace.settings import Settings
 
 pytestmark = pytest.mark.timeout(300)

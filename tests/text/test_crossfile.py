@@ -1,6 +1,6 @@
 """Cross-file context (engine/text/crossfile.py): which snippets of other documents go into the prompt,
 bounded work on hostile input, a selection that keeps the KV cache while the user types, and the
-server's memory of recently edited documents (lsp_server/workspace/documents.py, lsp_server/context.py)."""
+server's memory of recently edited documents (lsp_server/workspace/documents.py, lsp_server/answering/context.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from engine.completion import CompletionEngine, CompletionRequest
 from engine.text.crossfile import CrossFileContext, build_index
 from engine.models.loading import load_model
 from engine.text.prompt import ContextBudget
-from lsp_server.context import other_documents
+from lsp_server.answering.context import other_documents
 from lsp_server.workspace.documents import CLOSED_KEPT, Workspace
 
 PATH = "/w/pkg/main.py"

@@ -37,10 +37,10 @@ from lsprotocol import types
 
 from engine.text.anchor import Anchor, typed_since
 from engine.errors import QuickdraftError
-from lsp_server.context import Cursor, build_request, locate, looks_binary
+from lsp_server.answering.context import Cursor, build_request, locate, looks_binary
 from lsp_server.workspace.documents import canonical_uri
 from lsp_server.wire.plain_data import plain_data
-from lsp_server.scheduler import Superseded
+from lsp_server.answering.scheduler import Superseded
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The type-through cache's entry and its one rule: what of the last answer still fits the cursor.
 
-The service keeps one `Shown` per document (lsp_server/service.py); typing through it, or
+The service keeps one `Shown` per document (lsp_server/answering/service.py); typing through it, or
 asking again at the spot of a complete one, is answered from here without the model.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from lsp_server.context import Cursor
+from lsp_server.answering.context import Cursor
 
 
 @dataclass

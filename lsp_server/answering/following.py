@@ -4,8 +4,8 @@ On a CPU a request has time for a few passes, so most ghost text comes from the 
 goes on after the answer (the rest of the line, the next lines). While the user types what
 that decode is writing, each key's request used to cancel it and start the same work over,
 only to be cancelled by the next key in turn. A request at a spot the decode is writing
-towards follows it instead (lsp_server/service.py): it waits, within its own budget, for
-the kept answer to reach the cursor (lsp_server/typethrough.py); if the budget ends first,
+towards follows it instead (lsp_server/answering/service.py): it waits, within its own budget, for
+the kept answer to reach the cursor (lsp_server/answering/typethrough.py); if the budget ends first,
 it answers empty and the client is told `quickdraft/completionReady` at that spot once the
 ghost text is there.
 """
@@ -17,8 +17,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from lsp_server.context import Cursor
-from lsp_server.typethrough import Shown, extends, type_through
+from lsp_server.answering.context import Cursor
+from lsp_server.answering.typethrough import Shown, extends, type_through
 
 
 @dataclass

@@ -2,9 +2,9 @@
 
 It owns the backend (the local engine, loaded in the background on the single worker, or
 a remote inference server), the settings, the scheduler, telemetry and the type-through
-cache (its entries and rule: lsp_server/typethrough.py), and turns an inline-completion
+cache (its entries and rule: lsp_server/answering/typethrough.py), and turns an inline-completion
 request into LSP items: from what is kept, by following the decode going on, or by a model
-run (lsp_server/model_runs.py). The backend is only ever touched from the worker thread.
+run (lsp_server/answering/model_runs.py). The backend is only ever touched from the worker thread.
 """
 
 from __future__ import annotations
@@ -19,17 +19,17 @@ from lsprotocol import types
 
 from engine.backends.base import Health
 from engine.errors import QuickdraftError
-from lsp_server.anticipation import Anticipated, Anticipation, cursor_after_edit, is_keystroke
+from lsp_server.answering.anticipation import Anticipated, Anticipation, cursor_after_edit, is_keystroke
 from lsp_server.workspace.backends import describe_choice, open_backend
-from lsp_server.context import Cursor, inline_items, locate, looks_binary
-from lsp_server.following import DecodeOn
+from lsp_server.answering.context import Cursor, inline_items, locate, looks_binary
+from lsp_server.answering.following import DecodeOn
 from lsp_server.workspace.gc_pauses import Collector
-from lsp_server.model_runs import EMPTY, ModelRuns
-from lsp_server.scheduler import Scheduler
+from lsp_server.answering.model_runs import EMPTY, ModelRuns
+from lsp_server.answering.scheduler import Scheduler
 from lsp_server.workspace.settings import Settings, apply_client_settings
 from lsp_server.workspace.telemetry import RequestRecord, Telemetry
-from lsp_server.typethrough import Shown, type_through
-from lsp_server.warming import MAX_WARM_CHARS, Warmer
+from lsp_server.answering.typethrough import Shown, type_through
+from lsp_server.answering.warming import MAX_WARM_CHARS, Warmer
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +212,7 @@ class CompletionService(ModelRuns):
     # -- what the editor tells us -----------------------------------------------------
     def document_changed(self, workspace, params: types.DidChangeTextDocumentParams) -> None:
         """An edit. Where the client asks automatically, the model starts now at the cursor the edit
-        leaves, rather than a debounce later when the request comes (lsp_server/anticipation.py)."""
+        leaves, rather than a debounce later when the request comes (lsp_server/answering/anticipation.py)."""
         self.warmer.did_change()
         now = time.monotonic()
         uri = params.text_document.uri

@@ -8,12 +8,12 @@ leaves; the request that follows adopts the run (its budget is the request's: th
 deadline counts from when the request is expected) instead of starting its own.
 
 A run no request adopts (the user typed on, or the client did not ask) is what a withdrawn
-request is: it goes on as a decode the next keys may follow (lsp_server/following.py), and
+request is: it goes on as a decode the next keys may follow (lsp_server/answering/following.py), and
 the next edit's run supersedes it. Only small edits anticipate (typing, Enter, a deletion):
 pastes, formatting and whole-document syncs do not.
 
 The rhythm (the median gap between the user's keys) says when the next key is due: the
-service ends a request's budget before it (lsp_server/model_runs.py, `budget_s`), since that key
+service ends a request's budget before it (lsp_server/answering/model_runs.py, `budget_s`), since that key
 cancels the request and an answer after it is never seen.
 """
 
@@ -27,8 +27,8 @@ from typing import NamedTuple
 
 from lsprotocol import types
 
-from lsp_server.context import Cursor
-from lsp_server.following import DecodeOn
+from lsp_server.answering.context import Cursor
+from lsp_server.answering.following import DecodeOn
 
 # The client asked automatically this recently: it asks after edits (an explicit-trigger client,
 # or one whose automatic suggestions are off, never starts a run it will not ask for).
@@ -48,7 +48,7 @@ class Anticipated:
 
     cursor: Cursor
     edited_at: float  # time.monotonic() of the edit
-    task: asyncio.Task | None = None  # the run (lsp_server/model_runs.py run_model): the answer as LSP items
+    task: asyncio.Task | None = None  # the run (lsp_server/answering/model_runs.py run_model): the answer as LSP items
     decode_on: DecodeOn | None = None  # its decode, once the run has started
     asked_at: float | None = None  # when a request adopted it
 

@@ -1,11 +1,11 @@
 """A request's model run, the half of the completion service that starts, answers and follows it.
 
 One run per request that the kept answer and the decode going on do not serve, or per edit that
-anticipates its request (lsp_server/anticipation.py): answered at its budget with what is verified
+anticipates its request (lsp_server/answering/anticipation.py): answered at its budget with what is verified
 (the event loop answers empty for a job still queued), then decoded on in the background; the
-longer text is kept for the next keys, which follow it (lsp_server/following.py) or type through it
-(lsp_server/typethrough.py), and the client is told `quickdraft/completionReady` when it is there.
-`ModelRuns` is mixed into `CompletionService` (lsp_server/service.py), whose state it uses.
+longer text is kept for the next keys, which follow it (lsp_server/answering/following.py) or type through it
+(lsp_server/answering/typethrough.py), and the client is told `quickdraft/completionReady` when it is there.
+`ModelRuns` is mixed into `CompletionService` (lsp_server/answering/service.py), whose state it uses.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from typing import Callable
 from lsprotocol import types
 
 from engine.errors import QuickdraftError
-from lsp_server.anticipation import Anticipated
-from lsp_server.context import Cursor, build_request
-from lsp_server.following import DecodeOn
-from lsp_server.scheduler import Superseded
-from lsp_server.typethrough import Shown, type_through
+from lsp_server.answering.anticipation import Anticipated
+from lsp_server.answering.context import Cursor, build_request
+from lsp_server.answering.following import DecodeOn
+from lsp_server.answering.scheduler import Superseded
+from lsp_server.answering.typethrough import Shown, type_through
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ class ModelRuns:
     def withdrawn(self, run: asyncio.Future, answered: asyncio.Future, cursor: Cursor, cancel: threading.Event,
                   decode_on: DecodeOn) -> None:
         """The client cancelled the request: a local engine's job goes on as a decode the next keys
-        may follow (lsp_server/following.py); a remote server's stream is closed (shared time)."""
+        may follow (lsp_server/answering/following.py); a remote server's stream is closed (shared time)."""
         if self.backend is None or self.backend.kind != "local" or answered.done():
             run.cancel()
             return
@@ -200,7 +200,7 @@ class ModelRuns:
 
     async def follow(self, decode_on: DecodeOn, document, cursor: Cursor, started: float, is_stale) -> types.InlineCompletionList:
         """The user typed what the decode going on is writing: wait for it, within the budget,
-        rather than cancel it and start over (lsp_server/following.py)."""
+        rather than cancel it and start over (lsp_server/answering/following.py)."""
         until = started + self.settings.budget_ms / 1000 - LOOP_ANSWER_MARGIN_S
         while (kept := type_through(self.shown.get(cursor.uri), cursor)) is None and await decode_on.wait(until):
             pass
