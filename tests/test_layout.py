@@ -132,6 +132,15 @@ def test_the_engines_root_holds_the_front_door_and_shared_names():
     assert root == ["__init__", "completion", "errors", "modes", "stats"]
 
 
+
+def test_the_servers_root_holds_the_handlers_and_the_client_and_rooms_say_their_job():
+    # Everything else lives in a room (wire/, answering/, workspace/, cli/, bench/) whose docstring says its job.
+    server = ROOT / "lsp_server"
+    assert sorted(path.stem for path in server.glob("*.py")) == ["__init__", "client", "server"]
+    rooms = [path for path in server.iterdir() if (path / "__init__.py").is_file()]
+    assert {room.name for room in rooms} >= {"wire", "answering", "workspace", "cli", "bench"}
+    assert [room.name for room in rooms if not ast.get_docstring(ast.parse((room / "__init__.py").read_text()))] == []
+
 def source_files() -> list[Path]:
     files = [path for package in PACKAGES for path in (ROOT / package).rglob("*.py")]
     clients = ROOT / "editor-clients"
