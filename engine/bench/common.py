@@ -5,6 +5,7 @@ No torch here: the session benchmark runs without it.
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import subprocess
@@ -70,8 +71,13 @@ def text_table(rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def pyplot():
-    """matplotlib's pyplot on the file-only backend (no display needed)."""
-    import matplotlib
+    """matplotlib's pyplot on the file-only backend (no display needed), or None where it is not
+    installed: charts are a benchmark extra (`pip install 'quickdraft[bench]'`), not the server's."""
+    try:
+        import matplotlib
+    except ImportError:
+        logging.getLogger(__name__).warning("charts skipped: matplotlib is not installed (pip install 'quickdraft[bench]')")
+        return None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -33,6 +33,8 @@ def format_table(result: dict) -> str:
 def write_plots(result: dict, out: Path) -> list[Path]:
     """speedup per prompt (bars per mode) and τ per prompt (lines per mode)."""
     plt = pyplot()
+    if plt is None:
+        return []
     modes = [m for m in result["modes"] if m["name"] != BASELINE]
     prompts = result["prompts"]
     labels = [f"{i + 1}:{p['kind']}" for i, p in enumerate(prompts)]

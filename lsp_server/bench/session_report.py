@@ -232,6 +232,8 @@ def language_table(modes: Sequence[dict]) -> list[str]:
 def write_plots(result: dict, out: Path) -> list[Path]:
     """Latency CDF per session mode, and τ / prefill tokens per model request."""
     plt = pyplot()
+    if plt is None:
+        return []
     env = result["environment"]
     paths = []
     fig, ax = plt.subplots(figsize=(7, 4))

@@ -218,8 +218,13 @@ async def test_fifty_edits_a_second_keep_one_run_and_leave_the_service_answering
         character += 1
         assert sum(not run.task.done() for run in quick.anticipation.runs.values()) <= 1
         await asyncio.sleep(0.02)
+    # A key may follow the run before it rather than start one, when that run has written nothing yet
+    # (following.py); whether it had depends on the machine's speed. A backspace never follows (the
+    # cursor is behind every run's spot), so the burst's last edit always starts its own run.
+    edit(quick, editor, LINE, character - 1, "", end=(LINE, character))
+    character -= 1
     await until(lambda: all(run.task.done() for run in quick.anticipation.runs.values()), "the last run")
-    assert len(results.results) <= 50 and quick.telemetry.counts.get("errors", 0) == 0
+    assert len(results.results) <= 51 and quick.telemetry.counts.get("errors", 0) == 0
     # Runs no request adopted are counted as such, not as requests no client made.
     assert quick.telemetry.counts["requests"] == requests and quick.telemetry.counts["anticipated"] >= 1
     await until(lambda: not quick.decode_on, "the decodes going on to end")
