@@ -17,9 +17,10 @@ from typing import Callable, Sequence
 import torch
 
 from engine.decoding.confidence import Confidence, Held, default_min_confidence, gate, judge
-from engine.decoding.decoder import GenerationConfig, GenerationResult, OnDeadline, SpeculativeDecoder, StopReason
+from engine.decoding.decoder import GenerationConfig, GenerationResult, OnDeadline, SpeculativeDecoder
 from engine.decoding.kv import PREFILL_CHUNK
 from engine.decoding.kv_static import cache_factory
+from engine.decoding.stops import StopReason
 from engine.decoding.verify import SamplingParams
 from engine.drafters import DrafterConfig, make_drafter
 from engine.errors import ModelError, PromptError

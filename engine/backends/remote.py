@@ -31,7 +31,7 @@ from engine.backends.connection import IoThread, check_url, http_error_message, 
 from engine.backends.remote_prompt import PromptRenderer, family_for, load_tokenizer
 from engine.backends.wire import completions_body, decode_stats, infill_body, parse_event, parse_metrics
 from engine.completion import ANSWER_MARGIN_S, CompletionRequest, CompletionResult
-from engine.decoding.decoder import StopReason
+from engine.decoding.stops import StopReason
 from engine.errors import ModelError
 from engine.text.postprocess import postprocess, stop_strings_for
 from engine.stats import percentile
