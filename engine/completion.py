@@ -34,9 +34,10 @@ from engine.text.document_prompts import DocumentPrompts, Prompt
 from engine.text.fim import FimTemplate
 from engine.text.healing import after_healed, healing_constraint, skip_chars, stops_outside
 from engine.text.healing import vocabulary as healing_vocabulary
-from engine.text.postprocess import left_its_block, postprocess, stop_strings_for
+from engine.text.postprocess import left_its_block, postprocess
 from engine.text.prompt import ContextBudget
 from engine.text.syntax import language_from
+from engine.text.text_stream import stop_strings_for
 
 log = logging.getLogger(__name__)
 
