@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from engine.text.text_stream import TextStream
 
@@ -22,6 +22,21 @@ class StopReason(str, enum.Enum):
     MAX_NEW_TOKENS = "max_new_tokens"
     DEADLINE = "deadline"
     CANCELLED = "cancelled"
+
+
+def stop_token_ids(model, tokenizer, extra_tokens: Sequence[str] = ()) -> list[int]:
+    """The token ids that end an output: the model's and the tokenizer's end of text, and `extra_tokens`
+    (by their text, such as a FIM template's separators) where the vocabulary has them."""
+    ids = set()
+    eos = model.generation_config.eos_token_id
+    ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    for token in extra_tokens:
+        token_id = tokenizer.convert_tokens_to_ids(token)
+        if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:
+            ids.add(token_id)
+    return sorted(ids)
 
 
 class Deadline:
