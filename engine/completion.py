@@ -17,9 +17,10 @@ from typing import Callable, Sequence
 import torch
 
 from engine.decoding.confidence import Confidence, Held, default_min_confidence, gate, judge
-from engine.decoding.decoder import GenerationConfig, GenerationResult, OnDeadline, SpeculativeDecoder, StopReason
+from engine.decoding.decoder import GenerationConfig, GenerationResult, OnDeadline, SpeculativeDecoder
 from engine.decoding.kv import PREFILL_CHUNK
 from engine.decoding.kv_static import cache_factory
+from engine.decoding.stops import StopReason, stop_token_ids
 from engine.decoding.verify import SamplingParams
 from engine.drafters import DrafterConfig, make_drafter
 from engine.errors import ModelError, PromptError
@@ -31,11 +32,11 @@ from engine.stats import DecodeStats
 from engine.text.cursor import Cursor
 from engine.text.document_prompts import DocumentPrompts, Prompt
 from engine.text.fim import FimTemplate
-from engine.text.healing import after_healed, healing_constraint, skip_chars, stops_outside
-from engine.text.healing import vocabulary as healing_vocabulary
-from engine.text.postprocess import left_its_block, postprocess, stop_strings_for
+from engine.text.healing import after_healed, healing_constraint, skip_chars, stops_outside, vocabulary as healing_vocabulary
+from engine.text.postprocess import left_its_block, postprocess
 from engine.text.prompt import ContextBudget
 from engine.text.syntax import language_from
+from engine.text.text_stream import stop_strings_for
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,58 @@ class CompletionResult:
         data = asdict(self)
         data["stats"] = self.stats.to_dict()
         return data
+
+
+@dataclass
+class _Answers:
+    """One request's decoder output as the editor sees it (past the healed text, post-processed,
+    gated on confidence), and the answers handed to `on_answer` before the decode ends."""
+
+    tokenizer: object
+    cursor: Cursor
+    prompt: Prompt
+    min_confidence: float
+    on_answer: Callable[[CompletionResult], None] | None
+    answered: bool = False  # on_answer was called
+
+    def shown(self, result: GenerationResult, multiline: bool | None = None) -> CompletionResult:
+        multiline = self.cursor.multiline if multiline is None else multiline
+        text = after_healed(result.text, self.prompt.healed)  # what follows the cursor
+        shown = postprocess(text, self.cursor, multiline=multiline, cut_short=result.stop_reason == StopReason.MAX_NEW_TOKENS,
+                            ended=result.stop_reason in (StopReason.EOS, StopReason.STOP_STRING))
+        judged = judge(self.tokenizer, result, shown.text, self.prompt.healed)
+        return gate(CompletionResult(
+            text=shown.text, replace_after=shown.replace_after, raw_text=text,
+            token_ids=result.token_ids, stop_reason=result.stop_reason, multiline=multiline,
+            prompt_tokens=len(self.prompt.token_ids), stats=copy.deepcopy(result.stats), anchored=self.prompt.anchored,
+            confidence=judged.confidence() if judged is not None else None,
+        ), self.min_confidence, judged)
+
+    def answer(self, completion: CompletionResult) -> None:
+        self.answered = True
+        self.on_answer(completion)
+
+    def answer_so_far(self, partial: GenerationResult) -> None:
+        """The decoder's hand-over: at the deadline, and after it each time the text gains a line."""
+        self.answer(self.shown(partial))
+
+    def with_next_line(self, line: GenerationResult, one_line: CompletionResult,
+                       look: GenerationResult) -> CompletionResult:
+        """A finished line shown with the next one decoded so far, where the two show as one."""
+        two_lines = self.shown(self._two_lines(line, look), multiline=True)
+        # Only past a line shown whole: one that post-processing cut or withheld stays so.
+        grows = two_lines.text.startswith(one_line.text + "\n") and two_lines.replace_after == one_line.replace_after
+        return two_lines if grows else replace(one_line, stats=two_lines.stats)
+
+    def _two_lines(self, line: GenerationResult, look: GenerationResult) -> GenerationResult:
+        """A finished line and the next one (so far) as one output."""
+        ids = line.token_ids + look.token_ids
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        head = line.text + "\n"
+        next_line = text[len(head):].split("\n", 1)[0] if text.startswith(head) else ""
+        stats = copy.deepcopy(line.stats)
+        stats.add(look.stats)
+        return GenerationResult(ids, head + next_line, look.stop_reason, stats, line.logprobs + look.logprobs)
 
 
 class CompletionEngine:
@@ -206,16 +259,7 @@ class CompletionEngine:
         return self.prompts.template
 
     def stop_token_ids(self, extra: Sequence[str] = ()) -> list[int]:
-        ids = set()
-        eos = self.verifier.model.generation_config.eos_token_id
-        ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-        if self.tokenizer.eos_token_id is not None:
-            ids.add(self.tokenizer.eos_token_id)
-        for token in extra:
-            token_id = self.tokenizer.convert_tokens_to_ids(token)
-            if isinstance(token_id, int) and token_id != self.tokenizer.unk_token_id:
-                ids.add(token_id)
-        return sorted(ids)
+        return stop_token_ids(self.verifier.model, self.tokenizer, extra)
 
     def generate(
         self,
@@ -258,11 +302,25 @@ class CompletionEngine:
         single-line one when its line is done (before the next line is decoded as a draft).
         """
         budget_start = request.received_at if request.received_at is not None else time.monotonic()
-        cursor = self.cursor(request)
-        multiline = cursor.multiline
-        prompt = self.prompt_for(request, cursor)
         deadline = budget_start + request.budget_ms / 1000 - ANSWER_MARGIN_S if request.budget_ms else None
-        config = GenerationConfig(
+        cursor = self.cursor(request)
+        prompt = self.prompt_for(request, cursor)
+        config = self._generation_config(request, cursor, prompt, deadline)
+        min_confidence = default_min_confidence(self.verifier.name) if request.min_confidence is None else request.min_confidence
+        answers = _Answers(self.tokenizer, cursor, prompt, min_confidence, on_answer)
+        answer_so_far = answers.answer_so_far if on_answer is not None else None
+        # A multi-line answer grows by whole lines after the budget's answer.
+        result = self._run(prompt.token_ids, config, prompt.token_streams, cancel, skip_chars(on_text, len(prompt.healed)),
+                           answer_so_far, answer_so_far if cursor.multiline else None)
+        completion, ahead = answers.shown(result), []
+        if on_answer is not None and not cursor.multiline and result.stop_reason == StopReason.STOP_STRING:
+            completion, ahead = self._and_next_line(answers, result, config, cancel)
+        self.prompts.last_output[request.path or ""] = list(result.token_ids) + ahead
+        return completion
+
+    def _generation_config(self, request: CompletionRequest, cursor: Cursor, prompt: Prompt,
+                           deadline: float | None) -> GenerationConfig:
+        return GenerationConfig(
             max_new_tokens=request.max_new_tokens,
             sampling=SamplingParams(temperature=request.temperature),
             seed=request.seed,
@@ -274,67 +332,26 @@ class CompletionEngine:
             # Token healing: the output first retypes the end of the text the prompt left out.
             constraint=healing_constraint(self.tokenizer, prompt.healed, self.verifier.model.config.vocab_size,
                                           cursor.line_before) if self.heal else None,
-            done_at_line=(lambda text: left_its_block(after_healed(text, prompt.healed), cursor)) if multiline else None,
+            done_at_line=(lambda text: left_its_block(after_healed(text, prompt.healed), cursor)) if cursor.multiline else None,
         )
 
-        threshold = default_min_confidence(self.verifier.name) if request.min_confidence is None else request.min_confidence
-
-        def finish(result: GenerationResult, multiline: bool = multiline) -> CompletionResult:
-            text = after_healed(result.text, prompt.healed)  # what follows the cursor
-            shown = postprocess(text, cursor, multiline=multiline, cut_short=result.stop_reason == StopReason.MAX_NEW_TOKENS,
-                                ended=result.stop_reason in (StopReason.EOS, StopReason.STOP_STRING))
-            judged = judge(self.tokenizer, result, shown.text, prompt.healed)
-            return gate(CompletionResult(
-                text=shown.text, replace_after=shown.replace_after, raw_text=text,
-                token_ids=result.token_ids, stop_reason=result.stop_reason, multiline=multiline,
-                prompt_tokens=len(prompt.token_ids), stats=copy.deepcopy(result.stats), anchored=prompt.anchored,
-                confidence=judged.confidence() if judged is not None else None,
-            ), threshold, judged)
-
-        answered = False
-
-        def answer(completion: CompletionResult) -> None:
-            nonlocal answered
-            answered = True
-            on_answer(completion)
-
-        result = self._run(prompt.token_ids, config, prompt.token_streams, cancel, skip_chars(on_text, len(prompt.healed)),
-                           (lambda partial: answer(finish(partial))) if on_answer is not None else None,
-                           # A multi-line answer grows by whole lines after the budget's answer.
-                           (lambda partial: on_answer(finish(partial))) if on_answer is not None and multiline else None)
-        completion = finish(result)
-        ahead: list[int] = []
-        if on_answer is not None and not multiline and result.stop_reason == StopReason.STOP_STRING:
-            # The line is done: decode the next one too. After Enter it is the first pass's draft;
-            # and when the cursor ends its line and the budget has time left, it is shown as well.
-            ids = prompt.token_ids + result.token_ids
-            if answered or not self._time_for_next_line(cursor, result, deadline):
-                # Answered at the deadline: the finished line is worth showing now, not after the look-ahead.
-                if answered:
-                    on_answer(completion)
-                else:
-                    answer(completion)
-                ahead = self._look_ahead(ids, config, prompt.token_streams, cancel).token_ids
-            else:
-                one_line = completion
-
-                def with_next_line(look: GenerationResult) -> CompletionResult:
-                    two_lines = finish(self._two_lines(result, look), multiline=True)
-                    # Only past a line shown whole: one that post-processing cut or withheld stays so.
-                    grows = (two_lines.text.startswith(one_line.text + "\n")
-                             and two_lines.replace_after == one_line.replace_after)
-                    return two_lines if grows else replace(one_line, stats=two_lines.stats)
-
-                look = self._look_ahead(ids, config, prompt.token_streams, cancel,
-                                        lambda partial: answer(with_next_line(partial)))
-                ahead = look.token_ids
-                completion = with_next_line(look)
-                if look.stop_reason == StopReason.CANCELLED:
-                    completion = replace(completion, stop_reason=StopReason.CANCELLED)  # superseded unanswered
-                elif not answered:
-                    answer(completion)
-        self.prompts.last_output[request.path or ""] = list(result.token_ids) + ahead
-        return completion
+    def _and_next_line(self, answers: _Answers, line: GenerationResult, config: GenerationConfig,
+                       cancel) -> tuple[CompletionResult, list[int]]:
+        """A finished one-line completion, and the next line's tokens: the first pass's draft after Enter,
+        and shown as well where the cursor ends its line and the budget has time left."""
+        one_line = answers.shown(line)
+        ids, streams = answers.prompt.token_ids + line.token_ids, answers.prompt.token_streams
+        if answers.answered or not self._time_for_next_line(answers.cursor, line, config.deadline):
+            answers.answer(one_line)  # the finished line is worth showing now, not after the look-ahead
+            return one_line, self._look_ahead(ids, config, streams, cancel).token_ids
+        look = self._look_ahead(ids, config, streams, cancel,
+                                lambda partial: answers.answer(answers.with_next_line(line, one_line, partial)))
+        completion = answers.with_next_line(line, one_line, look)
+        if look.stop_reason == StopReason.CANCELLED:
+            completion = replace(completion, stop_reason=StopReason.CANCELLED)  # superseded unanswered
+        elif not answers.answered:
+            answers.answer(completion)
+        return completion, look.token_ids
 
     def _look_ahead(self, token_ids: list[int], config: GenerationConfig, streams, cancel,
                     on_deadline: OnDeadline | None = None) -> GenerationResult:
@@ -354,16 +371,6 @@ class CompletionEngine:
             return False
         per_pass = line.stats.verify_ms / 1000 / max(line.stats.verifier_passes, 1)
         return time.monotonic() + per_pass < deadline
-
-    def _two_lines(self, line: GenerationResult, look: GenerationResult) -> GenerationResult:
-        """A finished line and the next one (so far) as one output."""
-        ids = line.token_ids + look.token_ids
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        head = line.text + "\n"
-        next_line = text[len(head):].split("\n", 1)[0] if text.startswith(head) else ""
-        stats = copy.deepcopy(line.stats)
-        stats.add(look.stats)
-        return GenerationResult(ids, head + next_line, look.stop_reason, stats, line.logprobs + look.logprobs)
 
     def warm(self, request: CompletionRequest, cancel: threading.Event | None = None) -> int:
         """Prefill the prompt for `request` ahead of time (cancellable between layers): tokens fed.

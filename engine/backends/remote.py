@@ -31,12 +31,13 @@ from engine.backends.connection import IoThread, check_url, http_error_message, 
 from engine.backends.remote_prompt import PromptRenderer, family_for, load_tokenizer
 from engine.backends.wire import completions_body, decode_stats, infill_body, parse_event, parse_metrics
 from engine.completion import ANSWER_MARGIN_S, CompletionRequest, CompletionResult
-from engine.decoding.decoder import StopReason
+from engine.decoding.stops import StopReason
 from engine.errors import ModelError
-from engine.text.postprocess import postprocess, stop_strings_for
+from engine.text.postprocess import postprocess
 from engine.stats import percentile
 from engine.text.cursor import Cursor
 from engine.text.syntax import language_from
+from engine.text.text_stream import stop_strings_for
 
 log = logging.getLogger(__name__)
 
@@ -212,9 +213,8 @@ class RemoteBackend:
         temperature, seed, limit = request.temperature, request.seed, request.max_new_tokens
         if self.api == "infill":
             prefix, suffix, documents = self.renderer.windows(request, cursor.language)
-            stops = stop_strings_for(cursor)
-            body = infill_body(prefix, suffix, documents, max_tokens=limit, temperature=temperature, stop=stops,
-                               seed=seed)
+            body = infill_body(prefix, suffix, documents, max_tokens=limit, temperature=temperature,
+                               stop=stop_strings_for(cursor), seed=seed)
             return "/infill", body, (len(prefix) + len(suffix)) // 3, False
         prompt = self.renderer.render(request, cursor.language)
         body = completions_body(self.model, prompt.prompt, max_tokens=limit, temperature=temperature,

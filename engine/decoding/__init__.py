@@ -1,6 +1,7 @@
 """Speculative decoding: the loop, its acceptance rules, and the KV caches it runs on.
 
 decoder.py      the loop: draft → verify in one pass → accept → crop → stop checks
+stops.py        why a decode stops (StopReason) and the rules the loop asks once per pass (no torch)
 draft.py        what the loop asks of a drafter (a Draft; start / propose / observe)
 verify.py       acceptance rules: greedy and speculative sampling, on the device
 tree.py         token trees: mask, positions, greedy and SpecInfer acceptance

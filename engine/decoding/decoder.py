@@ -6,12 +6,13 @@ together with a draft of what follows, `[pending..., d1..dk]`, in one forward; i
 the accepted drafts, crops the rest, and the verifier's own next token becomes the new
 pending one. So even a request's first pass (one keystroke) yields 1 + accepted tokens.
 With no drafter this is plain decoding — the baseline every benchmark compares against.
+The stop rules (EOS, stop strings, max tokens, cancel, deadline) are in stops.py: the loop asks
+them once per pass, and its forwards between layers.
 """
 
 from __future__ import annotations
 
 import copy
-import enum
 import logging
 import threading
 import time
@@ -23,21 +24,13 @@ import torch
 from engine.decoding.draft import Draft, Drafter
 from engine.errors import PromptError
 from engine.decoding.kv import PREFILL_CHUNK, KVCache, PassCancelled
+from engine.decoding.stops import StopReason, Stops
 from engine.stats import DecodeStats
-from engine.text.text_stream import TextStream
 from engine.decoding.tree import TokenTree
 from engine.decoding.tree_kv import verify_tree
 from engine.decoding.verify import SamplingParams, accept, emitted_logprobs
 
 log = logging.getLogger(__name__)
-
-
-class StopReason(str, enum.Enum):
-    EOS = "eos"
-    STOP_STRING = "stop_string"
-    MAX_NEW_TOKENS = "max_new_tokens"
-    DEADLINE = "deadline"
-    CANCELLED = "cancelled"
 
 
 class TokenConstraint(Protocol):
@@ -103,88 +96,40 @@ class SpeculativeDecoder:
         on_deadline: OnDeadline | None = None,
         on_line: OnDeadline | None = None,
     ) -> GenerationResult:
+        """The verifier's continuation of `prompt_ids`, a pass at a time, until a stop rule (stops.py) ends it."""
         started = time.monotonic()
         stats = DecodeStats()
         tokens = self._fit_prompt(list(prompt_ids), config, stats)
         generator = torch.Generator().manual_seed(config.seed) if config.seed is not None else None
-        stream = TextStream(self.tokenizer, config.stop_strings) if self.tokenizer is not None else None
-        answered = False  # on_deadline was called
-
-        def answer_now() -> None:
-            nonlocal answered
-            answered = True
-            on_deadline(self._result(output, logprobs, stream, StopReason.DEADLINE, copy.deepcopy(stats), started))
-
-        def deadline_passed() -> bool:
-            """Checked between layers and prefill chunks as well as between passes, so that no
-            forward — a cold prompt's included — runs the answer past its budget."""
-            if config.deadline is None or answered or time.monotonic() < config.deadline:
-                return False
-            if on_deadline is None:
-                return True  # stop here: what is verified is the answer
-            answer_now()  # the forward and the decoding go on
-            return False
-
-        def should_stop() -> bool:
-            return (cancel is not None and cancel.is_set()) or deadline_passed()
-
-        def stopped() -> StopReason:
-            return StopReason.CANCELLED if cancel is not None and cancel.is_set() else StopReason.DEADLINE
-
-        if self.drafter is not None:
-            self.drafter.start(tokens, context_streams)
-
         output: list[int] = []
         logprobs: list[float] = []
-        stop = None if self._prefill(tokens, config, should_stop, stats) else stopped()
+
+        def so_far() -> GenerationResult:  # handed over at the deadline, and at each line after it
+            return self._result(output, logprobs, stops.text, StopReason.DEADLINE, copy.deepcopy(stats), started)
+
+        stops = Stops(config, self.tokenizer, cancel, so_far, on_text=on_text, on_deadline=on_deadline, on_line=on_line)
+        if self.drafter is not None:
+            self.drafter.start(tokens, context_streams)
+        stop = None if self._prefill(tokens, config, stops.interrupts, stats) else stops.interrupted()
         while stop is None:
-            t0 = time.monotonic()
+            pass_started = time.monotonic()
             try:
-                kept, token, draft, scores = self.speculative_step(tokens, output, config, generator, should_stop, stats)
+                kept, token, draft, scores = self.speculative_step(tokens, output, config, generator, stops.interrupts, stats)
             except PassCancelled:
-                stop = stopped()
+                stop = stops.interrupted()
                 break
-            n = len(kept)
-            new = [*kept, token]
-            ends = [i for i, t in enumerate(new) if t in config.eos_token_ids]
-            if ends:
-                new, stop = new[: ends[0] + 1], StopReason.EOS
+            new = stops.through_eos([*kept, token])
             logprobs += scores[: len(new)]
             if self.drafter is not None and draft.tokens:
-                self.drafter.observe(draft, n)
-            stats.record_pass(draft.source, len(draft.tokens), n, len(new))
+                self.drafter.observe(draft, len(kept))
+            stats.record_pass(draft.source, len(draft.tokens), len(kept), len(new))
             if stats.verifier_passes == 1:
                 stats.prefill_ms = (time.monotonic() - started) * 1000  # the first token's latency
             tokens += new
             output += new
-
-            if stream is not None:
-                delta = stream.update(output)
-                if stream.stopped or (config.done_at_line is not None and "\n" in delta
-                                      and config.done_at_line(stream.text)):
-                    stop = StopReason.STOP_STRING
-                if delta and on_text is not None:
-                    on_text(delta)
-                if answered and on_line is not None and stop is None and "\n" in delta:
-                    # Decoding on after the answer: a finished line is worth showing at once.
-                    on_line(self._result(output, logprobs, stream, StopReason.DEADLINE, copy.deepcopy(stats), started))
-            if stop is None and len(output) >= config.max_new_tokens:
-                stop = StopReason.MAX_NEW_TOKENS
-            if stop is None and cancel is not None and cancel.is_set():
-                stop = StopReason.CANCELLED
-            # The next pass is expected to take as long as the last one: answer now rather than late.
-            deadline = config.deadline
-            if stop is None and not answered and deadline is not None and 2 * time.monotonic() - t0 >= deadline:
-                if on_deadline is None:
-                    stop = StopReason.DEADLINE
-                else:
-                    answer_now()
-
-        if stream is not None:
-            tail = stream.finish()
-            if tail and on_text is not None:
-                on_text(tail)
-        return self._result(output, logprobs, stream, stop, stats, started)
+            stop = stops.after_pass(output, pass_started)
+        stops.finish()
+        return self._result(output, logprobs, stops.text, stop, stats, started)
 
     def speculative_step(self, tokens: list[int], output: list[int], config: GenerationConfig,
                          generator: torch.Generator | None, should_stop,
@@ -233,10 +178,10 @@ class SpeculativeDecoder:
         stats.reused_tokens = len(self.kv) - fed
         return done
 
-    def _result(self, output: list[int], logprobs: list[float], stream: TextStream | None, stop: StopReason,
+    def _result(self, output: list[int], logprobs: list[float], text: str, stop: StopReason,
                 stats: DecodeStats, started: float) -> GenerationResult:
         stats.decode_ms = (time.monotonic() - started) * 1000
-        return GenerationResult(list(output), stream.text if stream is not None else "", stop, stats, list(logprobs))
+        return GenerationResult(list(output), text, stop, stats, list(logprobs))
 
     def _fit_prompt(self, tokens: list[int], config: GenerationConfig, stats: DecodeStats) -> list[int]:
         if not tokens:

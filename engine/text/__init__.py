@@ -15,6 +15,6 @@ healing.py         token healing at the cursor
 crossfile.py       snippets from other documents: definitions and similar windows
 postprocess.py     a raw completion trimmed to what the editor shows
 range_correction.py  how many characters after the cursor a completion replaces
-text_stream.py     output tokens → text deltas and stop strings
+text_stream.py     the stop strings a cursor gives; output tokens → text deltas, cut at a stop string
 sources.py         source files on this machine: which to read, and how
 """

@@ -38,7 +38,7 @@ from typing import Callable
 from engine.text.cursor import Cursor
 from engine.text.languages import BRACE_CONTINUATION, CONTINUATION
 from engine.text.range_correction import PostprocessedCompletion, correct_range
-from engine.text.syntax import INDENT_LANGUAGES, NEAR_CHARS, indent_width, line_opens_block, lines_below, only_closers
+from engine.text.syntax import INDENT_LANGUAGES, indent_width, line_opens_block, lines_below, only_closers
 from engine.text.syntax_check import first_that_parses
 
 log = logging.getLogger(__name__)
@@ -53,38 +53,9 @@ _WORD = re.compile(r"\w")
 _UNPRINTABLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufffd]")
 
 
-# -- stop strings for the decoder --------------------------------------------------------
-
-
 def _lines_below(suffix: str) -> list[str]:
     """The non-blank lines after the cursor's line."""
     return [ln for ln in lines_below(suffix) if ln.strip()]
-
-
-def stop_strings_for(cursor: Cursor, multiline: bool | None = None) -> list[str]:
-    """Strings at which the decoder may stop early (it cuts the text before them).
-
-    Single line: the newline, and the rest of the current line when it is distinctive
-    (the model reproducing it means the middle is done). Multi-line: the next non-blank
-    line below the cursor, at its own indentation, on a line of its own. (`multiline` None: the cursor's.)
-    """
-    suffix, line_after = cursor.suffix, cursor.line_after
-    stops: list[str] = []
-    if not (cursor.multiline if multiline is None else multiline):
-        stops.append("\n")
-        rest = line_after.rstrip()  # leading blanks kept: "a if c| else b" stops at " else b"
-        if len(rest.strip()) >= 4 and not only_closers(rest):
-            stops.append(rest)
-        return stops
-    below = lines_below(suffix)
-    for i, line in enumerate(below):
-        if line.strip():
-            stop = "\n" + line.rstrip()
-            if i + 1 < len(below) or len(suffix) > NEAR_CHARS:
-                stop += "\n"  # whole line only, so "return x" does not stop "return xs"
-            stops.append(stop)
-            break
-    return stops
 
 
 # -- filters: every one is (text, context) -> text, and only cuts -----------------------------

@@ -1,8 +1,38 @@
-"""Turns the growing list of output tokens into text: streamed deltas and stop strings."""
+"""The output's text as the decoder writes it: the stop strings that end it at a cursor, and the
+growing list of output tokens turned into text, streamed in deltas and cut before a stop string."""
 
 from __future__ import annotations
 
 from typing import Sequence
+
+from engine.text.cursor import Cursor
+from engine.text.syntax import NEAR_CHARS, lines_below, only_closers
+
+
+def stop_strings_for(cursor: Cursor, multiline: bool | None = None) -> list[str]:
+    """Strings at which the decoder may stop early (it cuts the text before them).
+
+    Single line: the newline, and the rest of the current line when it is distinctive
+    (the model reproducing it means the middle is done). Multi-line: the next non-blank
+    line below the cursor, at its own indentation, on a line of its own. (`multiline` None: the cursor's.)
+    """
+    suffix, line_after = cursor.suffix, cursor.line_after
+    stops: list[str] = []
+    if not (cursor.multiline if multiline is None else multiline):
+        stops.append("\n")
+        rest = line_after.rstrip()  # leading blanks kept: "a if c| else b" stops at " else b"
+        if len(rest.strip()) >= 4 and not only_closers(rest):
+            stops.append(rest)
+        return stops
+    below = lines_below(suffix)
+    for i, line in enumerate(below):
+        if line.strip():
+            stop = "\n" + line.rstrip()
+            if i + 1 < len(below) or len(suffix) > NEAR_CHARS:
+                stop += "\n"  # whole line only, so "return x" does not stop "return xs"
+            stops.append(stop)
+            break
+    return stops
 
 
 class TextStream:

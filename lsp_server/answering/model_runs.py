@@ -18,6 +18,7 @@ from typing import Callable
 
 from lsprotocol import types
 
+from engine.decoding.stops import StopReason
 from engine.errors import QuickdraftError
 from lsp_server.answering.anticipation import Anticipated
 from lsp_server.answering.context import Cursor, build_request
@@ -47,7 +48,7 @@ class Unanswered:
 
     text: str = ""
     replace_after: int = 0
-    stop_reason: str = "deadline"
+    stop_reason: StopReason = StopReason.DEADLINE
     held: None = None
 
 
@@ -141,11 +142,11 @@ class ModelRuns:
         if self.error:
             self.error = ""
             self.send_status("ready", "ready: completions work again")
-        if result.stop_reason == "cancelled" or is_stale():
+        if result.stop_reason == StopReason.CANCELLED or is_stale():
             self.telemetry.count("stale")
             return EMPTY
         if not answered.done():  # an early answer set it already, and decoding on may have extended it
-            self.shown[uri] = Shown.of(cursor, result, complete=result.stop_reason not in ("deadline", "cancelled"))
+            self.shown[uri] = Shown.of(cursor, result, complete=result.stop_reason not in (StopReason.DEADLINE, StopReason.CANCELLED))
         return self.items(document, cursor, result.text, result.replace_after)
 
     def job_ended(self, run: asyncio.Future) -> None:
@@ -234,7 +235,7 @@ class ModelRuns:
             self.telemetry.count("continued")
         # Decoded on after its answer (or withdrawn): the longer text serves the next keys; the client,
         # told it is ready, asks again at the spot if the user is still there.
-        complete = result.stop_reason not in ("deadline", "cancelled")  # cancelled: the user moved on
+        complete = result.stop_reason not in (StopReason.DEADLINE, StopReason.CANCELLED)  # cancelled: the user moved on
         decoded = Shown.of(cursor, result, complete)
         if decode_on.takes(self.shown.get(cursor.uri), decoded):
             self.shown[cursor.uri] = decoded

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from lsprotocol import types
 
 from engine.bench.corpus import Hole
+from engine.decoding.stops import StopReason
 from lsp_server.client import QuickdraftClient, position_after
 
 
@@ -188,7 +189,7 @@ class Typist:
                 return
             await session.client.stats()
             server = session.client.server_records.get((self.uri, str(record.version))) or {}
-            if server.get("stop_reason") != "deadline":
+            if server.get("stop_reason") != StopReason.DEADLINE:
                 return  # the model's answer here is empty: no notification will come
             while self.pending is task and time.monotonic() < until:
                 await asyncio.sleep(0.02)  # until the notification's re-ask starts

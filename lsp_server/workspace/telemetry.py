@@ -12,6 +12,7 @@ import time
 from collections import OrderedDict, deque
 from dataclasses import asdict, dataclass, field
 
+from engine.decoding.stops import StopReason
 from engine.modes import needs_draft_model
 from engine.stats import percentile
 
@@ -110,7 +111,7 @@ class Telemetry:
         self.count(record.source)
         if record.source != "anticipated":  # no client waited for that one: not a request, no latency
             self.counts["requests"] += 1
-            if record.stop_reason == "cancelled":
+            if record.stop_reason == StopReason.CANCELLED:
                 self.count("cancelled")
             if record.withheld:
                 self.count("withheld")

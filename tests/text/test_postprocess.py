@@ -29,13 +29,13 @@ from engine.text.postprocess import (
     postprocess,
     run_filters,
     start_at_cursor_indentation,
-    stop_strings_for,
     trim_to_scope,
     trim_to_scope_by_indentation,
     trim_trailing_blanks,
 )
 from engine.text.range_correction import PostprocessedCompletion, correct_range
 from engine.text.syntax_check import first_that_parses
+from engine.text.text_stream import stop_strings_for
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "postprocess"
 CURSOR = "║"
@@ -49,27 +49,6 @@ def ctx(prefix: str = "", suffix: str = "", language: str | None = "python", mul
 def shown(completion: str, *, prefix: str, suffix: str, language: str | None, multiline: bool, **flags):
     """postprocess at the cursor between `prefix` and `suffix`."""
     return postprocess(completion, Cursor.at(prefix, suffix, language, multiline), **flags)
-
-# -- stop strings ---------------------------------------------------------------------------
-
-STOP_TABLE = [
-    # (suffix, multiline, expected)
-    ("", False, ["\n"]),
-    (")\n", False, ["\n"]),  # closers only: nothing distinctive
-    (", b)\nfoo()", False, ["\n", ", b)"]),
-    ("ab)", False, ["\n"]),  # too short to be distinctive
-    (" else y\n", False, ["\n", " else y"]),  # leading blank kept: the completion ends before it
-    ("\n    return x\n", True, ["\n    return x\n"]),
-    ("\n\n}", True, ["\n}"]),  # last line of the document: no trailing newline required
-    ("", True, []),
-    ("}\nfoo();\n", True, ["\nfoo();\n"]),
-]
-
-
-@pytest.mark.parametrize("suffix, multiline, expected", STOP_TABLE)
-def test_stop_strings_for(suffix, multiline, expected):
-    assert stop_strings_for(Cursor.at("", suffix, None, multiline)) == expected
-
 
 # -- single line ------------------------------------------------------------------------------
 
