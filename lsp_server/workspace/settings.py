@@ -93,7 +93,7 @@ class Settings:
         None, "withhold an answer when the verifier's confidence in it (the geometric mean of its tokens' "
         "probabilities) is below this; 0 shows every answer; a withheld answer shows once its unsure start is typed",
         low=0, high=1, flag="--min-confidence", metavar="P",
-        default_is="the model's: 0.5 for the 0.5B, off for others", see="benchmarks.md#confidence-gate")
+        default_is="0.5 for the 0.5B, off for other models", see="benchmarks.md#confidence-gate")
     backend: str | None = setting(
         None, "complete from a shared OpenAI-compatible server (vLLM, SGLang, llama.cpp) at this URL instead of "
         "local models: http://127.0.0.1:PORT, or https:// for one on another machine",
