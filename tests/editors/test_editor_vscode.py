@@ -87,3 +87,4 @@ def test_vscode_e2e_code_server(node_bin, quickdraft_bin, editor_model_dir):
 def test_vscode_e2e_ghost_text_follows_the_ready_notification(node_bin, quickdraft_bin, editor_model_dir):
     output = run_e2e(node_bin, quickdraft_bin, editor_model_dir, "ready")
     assert "-> completionReady after" in output and "asked again" in output
+    assert "initializationOptions: only what settings.json sets" in output
