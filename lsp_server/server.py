@@ -12,7 +12,7 @@ from lsp_server.wire.plain_data import plain_data
 from lsp_server.wire.protocol import Protocol
 from lsp_server.answering.context import ACCEPT_COMMAND
 from lsp_server.answering.service import CompletionService
-from lsp_server.workspace.settings import Settings, apply_client_settings
+from lsp_server.workspace.settings import Settings, apply_client_settings, client_settings
 from lsp_server.answering.warming import CURSOR_NOTIFICATION
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,8 @@ def create_server(settings: Settings, service: CompletionService | None = None) 
 
     @server.feature("quickdraft/stats")
     def stats(ls: LanguageServer, params) -> dict:
-        return service.stats()
+        # With the settings in effect: editors that send none must get the same (tests/editors/).
+        return {**service.stats(), "settings": client_settings(service.settings)}
 
     @server.feature("quickdraft/document")
     def document(ls: LanguageServer, params) -> dict | None:

@@ -15,26 +15,23 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
-from engine.modes import DRAFTER_MODES, needs_draft_model
+from engine.modes import needs_draft_model
+from lsp_server.workspace.settings import add_setting_flags, machine_defaults, settings_from_flags
 
 GB = 1e9
 CHECKOUT = Path(__file__).resolve().parents[2]  # lsp_server/cli/doctor.py → the repository root
 NEOVIM_PLUGIN_FILES = ("init.lua", "ghost.lua", "cursor.lua", "compat.lua")
 NEOVIM_MINIMUM = (0, 7)
+PLAN_SETTINGS = ("verifier", "draft", "drafter", "dtype", "device", "budget_ms")  # what the plan depends on
 
 
 def add_parsers(sub) -> None:
     doctor = sub.add_parser("doctor", help="what this machine will run, what is missing, and the next step")
     # The flags `serve` takes that change what it loads; unset: the machine's defaults.
-    doctor.add_argument("--verifier", help="preset name, model directory or .gguf file")
-    doctor.add_argument("--draft", help="draft model (preset, directory, .gguf) or 'none'")
-    doctor.add_argument("--drafter", choices=DRAFTER_MODES)
-    doctor.add_argument("--dtype", help="int8 | bfloat16 | float16 | float32")
-    doctor.add_argument("--device", help="cpu | cuda | cuda:N")
-    doctor.add_argument("--budget-ms", type=float)
+    add_setting_flags(doctor, PLAN_SETTINGS)
     doctor.add_argument("--rehash", action="store_true",
                         help="hash every model file again, even where a verified stamp says nothing changed")
     doctor.set_defaults(handler=run_doctor)
@@ -65,11 +62,7 @@ class Plan:
 
 
 def settings_for(args: argparse.Namespace):
-    from lsp_server.workspace.settings import machine_defaults
-
-    flags = {"verifier": args.verifier, "draft": args.draft, "drafter": args.drafter, "dtype": args.dtype,
-             "device": args.device, "budget_ms": args.budget_ms}
-    return replace(machine_defaults(), **{k: v for k, v in flags.items() if v is not None})
+    return settings_from_flags(machine_defaults(), args)
 
 
 def machine_plan(settings) -> Plan:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from lsp_server.workspace.settings import machine_defaults
 from support.editors import NEOVIM_DIR, ROOT, SETUP_HINT, TEST_OUTPUT
 
 pynvim = pytest.importorskip("pynvim", reason=SETUP_HINT)
@@ -132,9 +133,11 @@ def lua_value(value) -> str:
 
 # What a user writes in settings: the tiny random model (float32, its own dtype, deterministic),
 # a generous budget and few tokens so that completions never depend on how busy the machine is.
+# An override of None leaves that setting out.
 def user_settings(model_dir: Path, **overrides) -> dict:
-    return {"verifier": str(model_dir), "draft": "none", "drafter": "lookup", "dtype": "float32",
-            "budgetMs": 20000, "maxNewTokens": 12, **overrides}
+    settings = {"verifier": str(model_dir), "draft": "none", "drafter": "lookup", "dtype": "float32",
+                "budgetMs": 20000, "maxNewTokens": 12, **overrides}
+    return {name: value for name, value in settings.items() if value is not None}
 
 
 def start_editor(version: str, tmp: Path, quickdraft_bin: Path, model_dir: Path, **settings) -> Editor:
@@ -201,6 +204,19 @@ def editor(request, tmp_path_factory, quickdraft_bin, editor_model_dir):
         ed.nv.close()
     except Exception:
         pass
+
+
+@pytest.mark.parametrize("version", sorted(NVIMS))
+def test_with_no_drafter_or_budget_set_the_server_runs_its_machine_defaults(version, tmp_path, quickdraft_bin,
+                                                                            editor_model_dir):
+    """As in VS Code (editor-clients/vscode/test/defaults.test.cjs): both editors get the server's defaults."""
+    ed = start_editor(version, tmp_path, quickdraft_bin, editor_model_dir, drafter=None, budgetMs=None)
+    try:
+        settings, defaults = ed.stats()["settings"], machine_defaults()
+        print(f"server settings with nothing set: drafter {settings['drafter']}, budgetMs {settings['budgetMs']:g}")
+        assert (settings["drafter"], settings["budgetMs"]) == (defaults.drafter, defaults.budget_ms)
+    finally:
+        ed.nv.close()
 
 
 def test_installed_the_way_a_plugin_manager_does_it(editor, quickdraft_bin):

@@ -12,12 +12,14 @@ Both drive the real `quickdraft serve` on a tiny random model:
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
 
 import pytest
 
+from lsp_server.workspace.settings import client_settings, machine_defaults
 from support.editors import TEST_OUTPUT, VSCODE_DIR, require_file
 
 pytestmark = [pytest.mark.editor]
@@ -41,13 +43,19 @@ def test_vscode_fast_tier(node_bin, quickdraft_bin, editor_model_dir):
     require_file(VSCODE_DIR / "out" / "extension.js", "the extension bundle")
     tests = sorted(str(p.relative_to(VSCODE_DIR)) for p in (VSCODE_DIR / "test").glob("*.test.cjs"))
     assert tests, "no node tests found"
+    defaults = client_settings(machine_defaults())
     rc, output = run_node(node_bin, ["--test", "--test-concurrency=1", *tests], timeout=540, env_extra={
         "QUICKDRAFT_BIN": str(quickdraft_bin),
         "QUICKDRAFT_TINY_MODEL": str(editor_model_dir),
+        "QUICKDRAFT_MACHINE_DEFAULTS": json.dumps(defaults),
     })
     assert rc == 0, "node --test failed (output above)"
     assert "# fail 0" in output
     assert "# pass 0" not in output
+    # test/defaults.test.cjs: a user who set no drafter and no budget gets the server's machine
+    # defaults, as in Neovim (test_editor_neovim.py checks the same there).
+    assert (f"server settings with nothing set: drafter {defaults['drafter']}, budgetMs {defaults['budgetMs']:g}"
+            in output)
 
 
 def run_e2e(node_bin, quickdraft_bin, editor_model_dir, scenario: str):
@@ -79,3 +87,4 @@ def test_vscode_e2e_code_server(node_bin, quickdraft_bin, editor_model_dir):
 def test_vscode_e2e_ghost_text_follows_the_ready_notification(node_bin, quickdraft_bin, editor_model_dir):
     output = run_e2e(node_bin, quickdraft_bin, editor_model_dir, "ready")
     assert "-> completionReady after" in output and "asked again" in output
+    assert "initializationOptions: only what settings.json sets" in output

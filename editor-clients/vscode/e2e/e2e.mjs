@@ -105,18 +105,18 @@ const tap = path.join(here, 'lsp-tap.mjs');
 // set only when the test runs another quickdraft ($QUICKDRAFT_BIN).
 const checkoutBin = path.join(repo, '.venv', 'bin', 'quickdraft');
 const serverCommand = scenario === 'ready' ? process.execPath : (path.resolve(quickdraft) === checkoutBin ? undefined : quickdraft);
+// The server's settings in settings.json: the tiny model, a generous budget and few tokens, so that
+// completions do not depend on how busy the machine is (ready: a 1 ms budget, so that every model
+// answer comes late and the notification brings it).
+const serverSettings = {
+  budgetMs: scenario === 'ready' ? 1 : 20000, maxNewTokens: 12, verifier: modelDir, draft: 'none', drafter: 'lookup',
+};
 fs.writeFileSync(path.join(userData, 'User', 'settings.json'), JSON.stringify({
   ...(serverCommand ? { 'quickdraft.server.command': serverCommand } : {}),
-  // float32: the tiny model's own dtype; a generous budget and few tokens, so completions do
-  // not depend on how busy the machine is.
-  // Every answer late: the run starts at the request, not at the edit (which could finish it first).
+  // float32: the tiny model's own dtype. ready: every answer late, the run starts at the request,
+  // not at the edit (which could finish it first).
   'quickdraft.server.args': scenario === 'ready' ? [tap, wireLog, quickdraft, ...serveArgs, '--no-anticipate'] : serveArgs,
-  // (ready: 1 ms, so that every model answer comes late and the notification brings it)
-  'quickdraft.budgetMs': scenario === 'ready' ? 1 : 20000,
-  'quickdraft.maxNewTokens': 12,
-  'quickdraft.verifier': modelDir,
-  'quickdraft.draft': 'none',
-  'quickdraft.drafter': 'lookup',
+  ...Object.fromEntries(Object.entries(serverSettings).map(([name, value]) => [`quickdraft.${name}`, value])),
   'quickdraft.trace.server': 'verbose',
   // A quiet editor: nothing but the inline suggestion may claim Tab.
   'editor.inlineSuggest.enabled': true,
@@ -215,6 +215,18 @@ function checkReadyWire(typedAt) {
   return keptAnswer.msg.result.items[0].insertText;
 }
 
+/** Real VS Code's inspect(): the extension sent the server what settings.json sets and none of
+ *  package.json's defaults, which would override the server's own (the machine's drafter). */
+function checkSentOnlyWhatWasSet() {
+  const initialize = readWire().find((e) => e.dir === 'in' && e.msg.method === 'initialize');
+  const sent = initialize?.msg.params.initializationOptions ?? {};
+  const sorted = (options) => JSON.stringify(Object.fromEntries(Object.entries(options).sort()));
+  if (sorted(sent) !== sorted(serverSettings)) {
+    throw new Error(`initializationOptions ${JSON.stringify(sent)}, expected only ${JSON.stringify(serverSettings)}`);
+  }
+  log(`initializationOptions: only what settings.json sets (${Object.keys(sent).sort().join(', ')})`);
+}
+
 let browser;
 let page;
 let failed = false;
@@ -277,7 +289,10 @@ try {
   }).then((lines) => lines.map(unrender));
   const ghostText = [ghostFirstLine, ...ghostMore].join('\n');
   log(`ghost text: ${JSON.stringify(ghostText)}`);
-  if (scenario === 'ready') checkReadyWire(typedAt);
+  if (scenario === 'ready') {
+    checkReadyWire(typedAt);
+    checkSentOnlyWhatWasSet();
+  }
   const shot = path.join(outDir, shotName('ghost-text'));
   await page.screenshot({ path: shot });
   log(`screenshot: ${shot}`);

@@ -12,7 +12,7 @@ import {
 import { CURSOR_NOTIFICATION, CursorReporter, cursorParams } from './cursor';
 import { Debouncer } from './debounce';
 import { READY_NOTIFICATION, readyMatches, TRIGGER_COMMAND } from './ready';
-import { isLanguageDisabled, readSettings, resolveServerCommand, serverOptionsFrom, Settings } from './settings';
+import { droppedSettings, isLanguageDisabled, readSettings, resolveServerCommand, Settings } from './settings';
 import { ServerStatus, statsReport, statsSummary, statusText } from './stats';
 
 const SECTION = 'quickdraft';
@@ -62,7 +62,7 @@ function buildClient(): LanguageClient {
   };
   const clientOptions: LanguageClientOptions = {
     documentSelector: [{ scheme: 'file' }, { scheme: 'untitled' }],
-    initializationOptions: serverOptionsFrom(settings),
+    initializationOptions: settings.serverOptions,
     middleware: {
       provideInlineCompletionItems: async (document, position, context, token, next) => {
         if (!settings.enable || isLanguageDisabled(settings, document.languageId)) return null;
@@ -218,15 +218,18 @@ async function showStats(): Promise<Record<string, unknown> | undefined> {
 
 async function onConfigurationChanged(event: vscode.ConfigurationChangeEvent): Promise<void> {
   if (!event.affectsConfiguration(SECTION)) return;
+  const before = settings;
   settings = readSettings(vscode.workspace.getConfiguration(SECTION));
   renderStatus();
-  if (RESTART_SETTINGS.some((key) => event.affectsConfiguration(`${SECTION}.${key}`))) {
+  // A server goes back to its default for a setting the user took back only by starting again.
+  if (RESTART_SETTINGS.some((key) => event.affectsConfiguration(`${SECTION}.${key}`))
+    || droppedSettings(before.serverOptions, settings.serverOptions).length > 0) {
     await restartServer();
     return;
   }
   if (currentClientRunning()) {
     await client!.sendNotification('workspace/didChangeConfiguration', {
-      settings: { quickdraft: serverOptionsFrom(settings) },
+      settings: { quickdraft: settings.serverOptions },
     });
   }
 }

@@ -1,64 +1,84 @@
 // Reading the `quickdraft.*` settings and turning them into what the server understands.
-// No `vscode` import here: plain functions, tested directly by test/settings.test.mjs.
+// No `vscode` import here: plain functions, tested directly by test/units.test.cjs.
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
+
+/** The server's settings by the names it knows, in the order of its table
+ *  (lsp_server/workspace/settings.py; tests/test_settings_table.py checks this list against it). */
+export const SERVER_SETTINGS = [
+  'verifier', 'draft', 'drafter', 'dtype', 'device', 'budgetMs', 'maxNewTokens', 'multiline', 'enabled',
+  'disabledLanguages', 'prefixTokens', 'suffixTokens', 'otherDocumentsTokens', 'coldPrefixTokens',
+  'adaptiveDrafting', 'warm', 'anticipate', 'answerBeforeNextKey', 'minConfidence', 'backend', 'backendModel',
+  'backendTokenizer', 'apiKeyEnv',
+];
+/** Where the VS Code setting has another name: `quickdraft.enable` is also the status-bar toggle. */
+export const VSCODE_NAMES: Record<string, string> = { enabled: 'enable' };
 
 export interface Settings {
   enable: boolean;
   serverCommand: string;
   serverArgs: string[];
-  verifier: string;
-  draft: string;
-  drafter: string;
-  budgetMs: number;
-  maxNewTokens: number;
-  minConfidence: number | null; // null: the model's measured default
-  multiline: string;
   disabledLanguages: string[];
   debounceMs: number;
   warm: boolean;
+  /** What the user set of the server's settings, by the server's names: all the server is sent. */
+  serverOptions: Record<string, unknown>;
+}
+
+/** What a setting holds in each scope (vscode.WorkspaceConfiguration.inspect). */
+export interface Inspected {
+  globalValue?: unknown;
+  workspaceValue?: unknown;
+  workspaceFolderValue?: unknown;
 }
 
 /** The subset of vscode.WorkspaceConfiguration this module needs. */
 export interface ConfigLike {
   get<T>(section: string, defaultValue: T): T;
+  inspect(section: string): Inspected | undefined;
 }
 
 export function readSettings(config: ConfigLike): Settings {
+  // The extension's own behaviour follows these too; their fallbacks are package.json's defaults.
   return {
     enable: config.get<boolean>('enable', true),
     serverCommand: config.get<string>('server.command', ''),
     serverArgs: config.get<string[]>('server.args', ['serve']),
-    verifier: config.get<string>('verifier', ''),
-    draft: config.get<string>('draft', ''),
-    drafter: config.get<string>('drafter', 'hybrid'),
-    budgetMs: config.get<number>('budgetMs', 200),
-    maxNewTokens: config.get<number>('maxNewTokens', 64),
-    minConfidence: config.get<number | null>('minConfidence', null),
-    multiline: config.get<string>('multiline', 'auto'),
     disabledLanguages: config.get<string[]>('disabledLanguages', []),
     debounceMs: config.get<number>('debounceMs', 150),
     warm: config.get<boolean>('warm', true),
+    serverOptions: serverOptionsFrom(config),
   };
 }
 
-/** `initializationOptions` and the `quickdraft` section of `workspace/didChangeConfiguration`. */
-export function serverOptionsFrom(s: Settings): Record<string, unknown> {
-  const options: Record<string, unknown> = {
-    enabled: s.enable,
-    drafter: s.drafter,
-    budgetMs: s.budgetMs,
-    maxNewTokens: s.maxNewTokens,
-    multiline: s.multiline,
-    disabledLanguages: s.disabledLanguages,
-    warm: s.warm,
-  };
-  // Empty model settings mean "the server's default": leave them out.
-  if (s.verifier) options.verifier = s.verifier;
-  if (s.draft) options.draft = s.draft;
-  if (typeof s.minConfidence === 'number') options.minConfidence = s.minConfidence;
+/** The value the user set in the most specific scope that has one; undefined where they set none. */
+export function userValue(config: ConfigLike, key: string): unknown {
+  const scopes = config.inspect(key);
+  for (const value of [scopes?.workspaceFolderValue, scopes?.workspaceValue, scopes?.globalValue]) {
+    if (value !== undefined && value !== null) return value;
+  }
+  return undefined;
+}
+
+/**
+ * `initializationOptions` and the `quickdraft` section of `workspace/didChangeConfiguration`: only
+ * what the user set. package.json's defaults are never sent, so the server's own defaults (the
+ * machine's drafter and models among them) apply, as they do for every other editor.
+ */
+export function serverOptionsFrom(config: ConfigLike): Record<string, unknown> {
+  const options: Record<string, unknown> = {};
+  for (const name of SERVER_SETTINGS) {
+    const value = userValue(config, VSCODE_NAMES[name] ?? name);
+    if (value !== undefined) options[name] = value;
+  }
   return options;
+}
+
+/** Server settings the user has taken back since `before`: the server keeps the last value it was
+ *  sent until it starts again (a setting left out of a change means "unchanged" to it). */
+export function droppedSettings(before: Record<string, unknown>, after: Record<string, unknown>): string[] {
+  return Object.keys(before).filter((name) => !(name in after));
 }
 
 export function isLanguageDisabled(s: Settings, languageId: string): boolean {

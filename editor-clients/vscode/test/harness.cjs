@@ -36,6 +36,16 @@ function tinyModel() {
   return dir;
 }
 
+/** The settings `quickdraft serve` starts from on this machine, by client name: $QUICKDRAFT_MACHINE_DEFAULTS
+ *  (JSON, as tests/editors/test_editor_vscode.py passes it), or asked of the server's own Python. */
+function machineDefaults() {
+  if (process.env.QUICKDRAFT_MACHINE_DEFAULTS) return JSON.parse(process.env.QUICKDRAFT_MACHINE_DEFAULTS);
+  const python = path.join(path.dirname(quickdraft), 'python');
+  const code = 'import json; from lsp_server.workspace.settings import client_settings, machine_defaults; '
+    + 'print(json.dumps(client_settings(machine_defaults())))';
+  return JSON.parse(execFileSync(python, ['-c', code], { cwd: repo, encoding: 'utf8' }));
+}
+
 async function waitFor(predicate, what, timeoutMs = 60000, stepMs = 50) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
@@ -61,4 +71,4 @@ function token() {
   return new vscode.CancellationTokenSource();
 }
 
-module.exports = { vscode, T, extensionDir, repo, quickdraft, tinyModel, waitFor, activate, token };
+module.exports = { vscode, T, extensionDir, repo, quickdraft, tinyModel, machineDefaults, waitFor, activate, token };

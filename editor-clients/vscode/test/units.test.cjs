@@ -13,20 +13,31 @@ const { Debouncer } = require(path.join(lib, 'debounce.js'));
 const cursor = require(path.join(lib, 'cursor.js'));
 const ready = require(path.join(lib, 'ready.js'));
 
-function config(values) {
-  return { get: (key, fallback) => (key in values ? values[key] : fallback) };
+/** A configuration where `values` are what the user set (globally), `scoped` what a workspace set. */
+function config(values, scoped = {}) {
+  return {
+    get: (key, fallback) => (key in scoped ? scoped[key] : key in values ? values[key] : fallback),
+    inspect: (key) => ({ key, globalValue: values[key], workspaceValue: scoped[key] }),
+  };
 }
 
-test('settings map to the server options, leaving empty models to the server', () => {
+test('only what the user set is sent to the server, by the server\'s names', () => {
+  assert.deepEqual(settings.serverOptionsFrom(config({})), {}, 'nothing set: the server\'s defaults, as in any editor');
   const s = settings.readSettings(config({ verifier: '', draft: 'none', drafter: 'lookup', disabledLanguages: ['markdown'] }));
-  assert.deepEqual(settings.serverOptionsFrom(s), {
-    enabled: true, drafter: 'lookup', budgetMs: 200, maxNewTokens: 64, multiline: 'auto',
-    disabledLanguages: ['markdown'], draft: 'none', warm: true,
-  });
-  assert.equal(settings.serverOptionsFrom(settings.readSettings(config({ minConfidence: 0 }))).minConfidence, 0);
-  assert.equal(settings.serverOptionsFrom(settings.readSettings(config({ minConfidence: 0.4 }))).minConfidence, 0.4);
+  assert.deepEqual(s.serverOptions, { verifier: '', draft: 'none', drafter: 'lookup', disabledLanguages: ['markdown'] });
+  assert.equal(s.enable, true, 'the extension itself falls back to the server\'s defaults');
+  assert.equal(s.warm, true);
+  assert.deepEqual(settings.serverOptionsFrom(config({ enable: false, minConfidence: 0 })), { enabled: false, minConfidence: 0 });
+  assert.deepEqual(settings.serverOptionsFrom(config({ minConfidence: null, budgetMs: undefined })), {}, 'null is not a choice');
+  assert.deepEqual(settings.serverOptionsFrom(config({ budgetMs: 300 }, { budgetMs: 100 })), { budgetMs: 100 }, 'the workspace wins');
+  assert.deepEqual(settings.serverOptionsFrom(config({ debounceMs: 10, 'server.args': ['serve'] })), {}, 'the extension\'s own');
   assert.equal(settings.isLanguageDisabled(s, 'markdown'), true);
   assert.equal(settings.isLanguageDisabled(s, 'python'), false);
+});
+
+test('a setting the user took back is noticed (the server forgets it only by starting again)', () => {
+  assert.deepEqual(settings.droppedSettings({ drafter: 'draft', budgetMs: 100 }, { budgetMs: 300 }), ['drafter']);
+  assert.deepEqual(settings.droppedSettings({ budgetMs: 100 }, { budgetMs: 300, drafter: 'draft' }), []);
 });
 
 test('server command: configured, else PATH, else a .venv next to the code', () => {
