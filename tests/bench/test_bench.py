@@ -11,9 +11,11 @@ import json
 import textwrap
 from dataclasses import asdict
 
-from engine.bench.corpus import HOLE_KINDS, body_holes, default_corpus, make_holes, midline_holes, statement_end_holes
+from engine.bench.corpus import (HOLE_KINDS, body_holes, default_corpus, display_path, make_holes, midline_holes,
+                                 statement_end_holes)
 from engine.bench.figures import first_difference, positions_matching
 from engine.drafters.config import DrafterConfig
+from lsp_server.bench.session import SessionBenchConfig, pick_files, session_holes
 from lsp_server.bench.session_report import keys_on_screen, language_table, parses
 from lsp_server.bench.typist import RequestRecord, judge
 from lsp_server.cli import main as cli_main
@@ -218,11 +220,34 @@ def test_engine_bench_end_to_end_on_tiny_models(tiny_model_dir, tiny_draft_dir, 
 # ----------------------------------------------------------------------------- session benchmark
 
 
-def test_session_bench_end_to_end_through_the_server(tiny_model_dir, tiny_draft_dir, tmp_path, capsys):
-    source = tmp_path / "module.py"
-    source.write_text(MODULE)
+def module_file(folder, monkeypatch) -> str:
+    """MODULE as `module.py` in `folder`, named relative to it (the working directory from now on).
+
+    The bench picks a file's bodies by --seed and the path it is given: an absolute path would
+    carry pytest's numbered folder (…/pytest-57/…), and every pytest run would type other bodies."""
+    (folder / "module.py").write_text(MODULE)
+    monkeypatch.chdir(folder)
+    return "module.py"
+
+
+def test_the_session_tests_type_the_same_bodies_in_every_pytest_run(tmp_path, monkeypatch):
+    """Were the bodies chosen by where pytest put the file, the patient test below would type the body
+    of join_words in about half of the runs: the tiny model writes nothing there after its deadline
+    answer, so no ready notification comes, and the typist waits out its patience and fails."""
+    config = SessionBenchConfig(files=1, holes_per_file=1, max_hole_chars=80)
+    typed = []
+    for run in ("pytest-1", "pytest-2"):
+        folder = tmp_path / run
+        folder.mkdir()
+        path = pick_files([module_file(folder, monkeypatch)], config)[0]
+        typed.append((display_path(path), [hole.middle for hole in session_holes([path], config)[0][2]]))
+    assert typed[0] == typed[1]
+
+
+def test_session_bench_end_to_end_through_the_server(tiny_model_dir, tiny_draft_dir, tmp_path, monkeypatch, capsys):
+    source = module_file(tmp_path, monkeypatch)
     out = tmp_path / "session"
-    code = cli_main(["bench", "session", str(source), "--verifier", str(tiny_model_dir), "--draft", str(tiny_draft_dir),
+    code = cli_main(["bench", "session", source, "--verifier", str(tiny_model_dir), "--draft", str(tiny_draft_dir),
                      "--drafter", "hybrid", "--dtype", "float32", "--files", "1", "--holes-per-file", "2",
                      "--max-hole-chars", "80", "--cps", "25", "--debounce-ms", "20", "--line-pause-ms", "100", "--patient",
                      "--budget-ms", "10000", "--max-new-tokens", "8", "--out", str(out), "--no-progress"])
@@ -268,23 +293,22 @@ def test_session_bench_end_to_end_through_the_server(tiny_model_dir, tiny_draft_
     assert set(result["by_language"]) == {"python"} and result["by_language"]["python"]["typed_chars"] == result["typed_chars"]
 
 
-def one_ms_session(model_dir, tmp_path, *flags: str) -> dict:
+def one_ms_session(model_dir, tmp_path, monkeypatch, *flags: str) -> dict:
     """`bench session` on one file with a 1 ms budget (every model answer empty at its deadline: the
     run starts at the request, not at the edit, which could have it done when the request comes)."""
-    source = tmp_path / "module.py"
-    source.write_text(MODULE)
+    source = module_file(tmp_path, monkeypatch)
     out = tmp_path / "one-ms"
-    assert cli_main(["bench", "session", str(source), "--verifier", str(model_dir), "--draft", "none",
+    assert cli_main(["bench", "session", source, "--verifier", str(model_dir), "--draft", "none",
                      "--drafter", "lookup", "--dtype", "float32", "--files", "1", "--max-hole-chars", "80",
                      "--cps", "25", "--debounce-ms", "20", "--budget-ms", "1", "--max-new-tokens", "8",
                      "--settings", '{"anticipate": false}', "--out", str(out), "--no-progress", *flags]) == 0
     return json.loads((out / "session.json").read_text())
 
 
-def test_session_bench_jump_scenario_follows_ready_notifications(tiny_model_dir, tmp_path):
+def test_session_bench_jump_scenario_follows_ready_notifications(tiny_model_dir, tmp_path, monkeypatch):
     """A 1 ms budget answers every model request empty at its deadline; the typist asks again on
     quickdraft/completionReady, as the editor clients do, and the kept answer is ghost text."""
-    result = one_ms_session(tiny_model_dir, tmp_path, "--holes-per-file", "2", "--line-pause-ms", "600",
+    result = one_ms_session(tiny_model_dir, tmp_path, monkeypatch, "--holes-per-file", "2", "--line-pause-ms", "600",
                             "--jump-rest-ms", "50")
     requests = result["requests"]
     ready = [r for r in requests if r["trigger"] == "ready" and r["status"] == "answered"]
@@ -299,8 +323,8 @@ def test_session_bench_jump_scenario_follows_ready_notifications(tiny_model_dir,
     assert 1 <= first["n"] <= 2 and first["p50"] > 0
 
 
-def test_a_patient_typist_waits_for_the_ready_answer(tiny_model_dir, tmp_path):
-    requests = one_ms_session(tiny_model_dir, tmp_path, "--holes-per-file", "1", "--line-pause-ms", "0",
+def test_a_patient_typist_waits_for_the_ready_answer(tiny_model_dir, tmp_path, monkeypatch):
+    requests = one_ms_session(tiny_model_dir, tmp_path, monkeypatch, "--holes-per-file", "1", "--line-pause-ms", "0",
                               "--patient", "--jump-rest-ms", "0")["requests"]
     # No pause of its own: only waiting for the ready notification gets the emptied body its answer.
     first, second = requests[0], requests[1]
