@@ -72,3 +72,21 @@ def test_embedded_shapes_are_the_real_configs(preset):
     real = json.loads((Path(path) / "config.json").read_text())
     metadata = {"_model_name_or_path", "transformers_version", "dtype", "layer_types"}
     assert {k: v for k, v in real.items() if k not in metadata} == QWEN_CONFIGS[preset]
+
+
+def test_ops_per_pass_eager_vs_compiled(tmp_path, capsys):
+    """The quick draft model's shape, as tests/decoding/test_compiled_step.py compiles it: its graphs
+    (passes of 1 and 8 tokens after 32) are in inductor's cache by then. Nothing is timed."""
+    args = ["bench", "passes", "--quick", "--verifiers", "none", "--measure", "ops", "--out", str(tmp_path)]
+    assert cli_main(args) == 0
+    result = json.loads((tmp_path / "passes.json").read_text())
+    assert result["records"] == [] and result["replays"] == []
+    ops = {r["pass_tokens"]: r for r in result["ops"]}
+    assert set(ops) == {1, 8} and all(r["context"] == 32 and r["model"] == "quick-draft" for r in ops.values())
+    for row in ops.values():
+        assert 0 < row["compiled_ops"] < row["eager_ops"] and row["ratio"] == row["compiled_ops"] / row["eager_ops"]
+        assert row["compile_s"] > 0
+    table = capsys.readouterr().out
+    assert "ops per pass" in table and "compiled/eager" in table
+    assert cli_main(["bench", "passes", "--quick", "--measure", "speed", "--out", str(tmp_path)]) == 2
+    assert "--measure takes" in capsys.readouterr().err
