@@ -34,8 +34,8 @@ from engine.models.qwen2_static import StaticQwen2
 log = logging.getLogger(__name__)
 
 MIN_ATTEND = 256  # the shortest attended length: below it a pass costs the same, and compiles less
-# Each (pass size, attended length) is a graph of its own, by design; dynamo's default limit (8 per
-# function) would quietly fall back to the uncompiled step after the eighth.
+# Each (pass size, attended length) is a graph of its own, by design; with dynamo's default limit
+# (8 per function) the ninth would fail (fullgraph=True makes the limit a hard error).
 RECOMPILE_LIMIT = 256
 
 
@@ -50,8 +50,8 @@ def attended_length(needed: int, capacity: int) -> int:
 def compile_step(step: StaticQwen2) -> torch.nn.Module:
     """`step` compiled whole (a graph break fails loudly): fused kernels, and on CUDA graphs over them."""
     device = next(step.parameters()).device
-    limit = torch._dynamo.config.recompile_limit
-    torch._dynamo.config.recompile_limit = max(limit, RECOMPILE_LIMIT)
+    # The global limit: torch.compile's own `recompile_limit` argument is recent (2.13 has it).
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
     if device.type == "cuda":
         return torch.compile(step, dynamic=False, fullgraph=True, mode="reduce-overhead")
     # Each generated C++ kernel records itself, so torch.profiler can count a pass's kernels
