@@ -6,8 +6,9 @@ as plain tensor code that `torch.compile` can fuse (engine/decoding/compiled_ste
 tokens of a pass at given positions, their keys and values written into preallocated buffers
 by position, and attention over the first `attend` positions only, with a causal mask of the
 pass's rows against those positions (stale keys past the live length are masked, never read
-into the answer). The weights are the Hugging Face model's own tensors, read from its modules
-on every call: nothing is copied.
+into the answer). The weights are the Hugging Face model's own tensors: q/k/v and gate/up are
+laid out once as one tensor each (one matrix product instead of three, or two), which the
+model's modules then view, so no weight is held twice.
 """
 
 from __future__ import annotations

@@ -307,6 +307,9 @@ def run_passes(args: argparse.Namespace) -> int:
     dtype, int8 = parse_precision(args.dtype or ("float32" if device.type == "cpu" else None), device)
     if args.fast_mode == "graphs" and device.type != "cuda":
         raise QuickdraftError("--fast-mode graphs needs --device cuda; use bucketed or eager on this device")
+    measure = _measures(args.measure)
+    if "ops" in measure and device.type != "cpu":
+        raise QuickdraftError("--measure ops counts on the CPU (compiled passes on CUDA replay graphs); add --device cpu")
     try:
         contexts = tuple(int(c) for c in args.contexts.split(",")) if args.contexts else None
     except ValueError:
@@ -316,7 +319,7 @@ def run_passes(args: argparse.Namespace) -> int:
         verifiers=_verifiers(args.verifiers),
         contexts=contexts or ((32, 128) if args.quick else (512, 2048)),
         repeats=_pick(args.repeats, args.quick, 2, 20), fast_mode=args.fast_mode,
-        new_tokens=32 if args.quick else 64, measure=_measures(args.measure),
+        new_tokens=32 if args.quick else 64, measure=measure,
     )
     try:
         result = run_passes_bench(config, progress=lambda text: print(text, file=sys.stderr))
