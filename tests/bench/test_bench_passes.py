@@ -90,3 +90,21 @@ def test_ops_per_pass_eager_vs_compiled(tmp_path, capsys):
     assert "ops per pass" in table and "compiled/eager" in table
     assert cli_main(["bench", "passes", "--quick", "--measure", "speed", "--out", str(tmp_path)]) == 2
     assert "--measure takes" in capsys.readouterr().err
+
+
+def test_every_qwen_shape_has_its_published_size():
+    """Built on the meta device (no memory): parameter counts as Qwen2.5-Coder publishes them."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    published_billions = {"qwen2.5-coder-0.5b": 0.49, "qwen2.5-coder-1.5b": 1.54, "qwen2.5-coder-3b": 3.09,
+                          "qwen2.5-coder-7b": 7.61, "qwen2.5-coder-14b": 14.7}
+    assert set(QWEN_CONFIGS) == set(published_billions)
+    for name, billions in published_billions.items():
+        with torch.device("meta"):
+            model = Qwen2ForCausalLM(Qwen2Config(**QWEN_CONFIGS[name]))
+        counted = sum(p.numel() for p in model.parameters())
+        if name in ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"):  # published tied; converted from GGUF untied
+            counted -= model.lm_head.weight.numel()
+        counted /= 1e9
+        assert abs(counted - billions) / billions < 0.01, (name, counted)
