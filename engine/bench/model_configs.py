@@ -4,7 +4,10 @@ A forward's cost depends on the shapes, not on the weights' values, so a model w
 weights and these configurations costs per pass exactly what the real one does — and needs
 no download, which an isolated GPU machine cannot do. 0.5B and 1.5B are the `config.json`
 files of the presets (`quickdraft models pull`, converted from GGUF, hence untied embeddings);
-7B is Qwen/Qwen2.5-Coder-7B's published configuration, to show how the figures scale.
+7B is Qwen/Qwen2.5-Coder-7B's published configuration, to show how the figures scale; 3B and 14B
+are the published configurations of Qwen2.5-Coder-3B (tied embeddings) and -14B-Instruct (copies
+of the base 14B's config.json disagree on rms_norm_eps, 1e-5 or 1e-6; the Instruct's is 1e-6;
+a constant, it costs nothing either way). Shapes only: no preset pulls them.
 """
 
 from __future__ import annotations
@@ -22,9 +25,15 @@ QWEN_CONFIGS: dict[str, dict] = {
                                num_attention_heads=14, num_key_value_heads=2, vocab_size=151936),
     "qwen2.5-coder-1.5b": dict(_QWEN25_CODER, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
                                num_attention_heads=12, num_key_value_heads=2, vocab_size=151936),
+    "qwen2.5-coder-3b": dict(_QWEN25_CODER, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
+                             num_attention_heads=16, num_key_value_heads=2, vocab_size=151936,
+                             rms_norm_eps=1e-06, tie_word_embeddings=True, max_window_layers=36),
     "qwen2.5-coder-7b": dict(_QWEN25_CODER, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
                              num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
                              rms_norm_eps=1e-06),
+    "qwen2.5-coder-14b": dict(_QWEN25_CODER, hidden_size=5120, intermediate_size=13824, num_hidden_layers=48,
+                              num_attention_heads=40, num_key_value_heads=8, vocab_size=152064,
+                              rms_norm_eps=1e-06, max_window_layers=48),
 }
 
 # `--quick`: the same architecture, small enough for the CPU test suite.

@@ -13,6 +13,10 @@ model's does. In one process, for each model:
 - prefill tokens/s (a whole context in one forward, and in the decoder's 128-token chunks);
 - 64-token decodes replayed with a fixed acceptance pattern (τ as measured on the CPU with the
   real pair), through the real draft-model drafter and the real acceptance code.
+
+`fast` may also be the compiled step (`fast_mode="compiled"`, engine/decoding/compiled_step.py).
+With `measure` holding "ops", each model's ops per pass are counted too, eager against the
+compiled step (engine/bench/pass_ops.py; on the CPU); without "times" nothing is timed.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import torch
 
 from engine.decoding import cuda_graphs
 from engine.bench.model_configs import DRAFT, VERIFIERS, config_for
+from engine.bench.pass_ops import measure_ops
+from engine.decoding.compiled_step import CompiledKVCache
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.decoding.kv import PREFILL_CHUNK, KVCache
 from engine.decoding.kv_static import BUCKETS, StaticKVCache
@@ -69,7 +75,9 @@ class PassesBenchConfig:
     sizes: tuple[int, ...] = BUCKETS
     repeats: int = 20
     new_tokens: int = 64
-    fast_mode: str | None = None  # StaticKVCache mode: graphs on CUDA, bucketed elsewhere
+    fast_mode: str | None = None  # StaticKVCache mode (graphs on CUDA, bucketed elsewhere) or "compiled"
+    measure: tuple[str, ...] = ("times",)  # "times": per-pass timings, replays; "ops": ops per pass
+    ops_sizes: tuple[int, ...] = (1, 8)  # pass sizes whose ops are counted, at the shortest context
     seed: int = 0
     replays: tuple[Replay, ...] = field(default=REPLAYS)
 
@@ -112,10 +120,17 @@ def random_tokens(model, n: int, generator: torch.Generator) -> list[int]:
     return torch.randint(0, model.config.vocab_size, (n,), generator=generator).tolist()
 
 
-def caches(model, config: PassesBenchConfig) -> dict[str, object]:
-    """Both caches of one model: today's dynamic cache and the static one (warmed: graphs captured)."""
+def fast_cache(model, mode: str):
+    """The cache measured as `fast`: the static one in `mode`, or the compiled step (not yet warmed)."""
+    if mode == "compiled":
+        return CompiledKVCache(model)
     # The engine's default capacity: a pass attends over the whole buffer, as it will in use.
-    return {"eager": KVCache(model), "fast": StaticKVCache(model, mode=config.resolved_fast_mode())}
+    return StaticKVCache(model, mode=mode)
+
+
+def caches(model, config: PassesBenchConfig) -> dict[str, object]:
+    """Both caches of one model: today's dynamic cache and the fast one."""
+    return {"eager": KVCache(model), "fast": fast_cache(model, config.resolved_fast_mode())}
 
 
 def measure_passes(name: str, model, config: PassesBenchConfig, timer: Timer, rng: torch.Generator) -> dict:
@@ -260,22 +275,19 @@ def run_passes_bench(config: PassesBenchConfig, progress: Callable[[str], None] 
     timer = Timer(config.device)
     result: dict = {"environment": environment(), "config": _describe(config, verifiers),
                     "records": [], "draft_steps": [], "prefill": [], "warmup_s": {}, "fast_mode_used": {},
-                    "replays": []}
+                    "replays": [], "ops": []}
     result["environment"].update(device=config.device, dtype=_precision(config))
     draft_name = DRAFT[kind]
     progress(f"building {draft_name} (random weights)")
     draft = build_model(draft_name, config.device, config.dtype, config.seed, config.int8)
     for name in (draft_name, *verifiers):
         model = draft if name == draft_name else build_model(name, config.device, config.dtype, config.seed, config.int8)
-        progress(f"{name}: passes, draft steps, prefill")
-        figures = measure_passes(name, model, config, timer, rng)
-        for key in ("records", "draft_steps", "prefill"):
-            result[key] += figures[key]
-        result["warmup_s"][name] = figures["warmup_s"]
-        result["fast_mode_used"][name] = figures["fast_mode"]
+        if "times" in config.measure:
+            _time_model(name, model, draft if name != draft_name else None, config, timer, rng, result, progress)
+        if "ops" in config.measure:
+            progress(f"{name}: ops per pass, eager vs compiled (compiling)")
+            result["ops"] += measure_ops(name, model, min(config.contexts), config.ops_sizes, rng)
         if name != draft_name:
-            progress(f"{name}: replayed {config.new_tokens}-token decodes")
-            result["replays"] += _replays(name, model, draft, config, timer, rng)
             del model
             gc.collect()
             if torch.device(config.device).type == "cuda":
@@ -284,10 +296,24 @@ def run_passes_bench(config: PassesBenchConfig, progress: Callable[[str], None] 
     return result
 
 
+def _time_model(name: str, model, draft, config: PassesBenchConfig, timer: Timer, rng: torch.Generator,
+                result: dict, progress: Callable[[str], None]) -> None:
+    """Per-pass, draft-step and prefill timings into `result`; replayed decodes for a verifier."""
+    progress(f"{name}: passes, draft steps, prefill")
+    figures = measure_passes(name, model, config, timer, rng)
+    for key in ("records", "draft_steps", "prefill"):
+        result[key] += figures[key]
+    result["warmup_s"][name] = figures["warmup_s"]
+    result["fast_mode_used"][name] = figures["fast_mode"]
+    if draft is not None:
+        progress(f"{name}: replayed {config.new_tokens}-token decodes")
+        result["replays"] += _replays(name, model, draft, config, timer, rng)
+
+
 def _replays(name: str, verifier, draft, config: PassesBenchConfig, timer: Timer, rng) -> list[dict]:
     context = min(config.contexts)
     fast_mode = config.resolved_fast_mode()
-    factories = {"eager": KVCache, "fast": lambda model: _warm(StaticKVCache(model, mode=fast_mode))}
+    factories = {"eager": KVCache, "fast": lambda model: _warm(fast_cache(model, fast_mode))}
     rows = []
     for replay in config.replays:
         runs = {path: replay_decode(verifier, draft, replay, factory, context, config.new_tokens, rng, timer)
@@ -299,7 +325,7 @@ def _replays(name: str, verifier, draft, config: PassesBenchConfig, timer: Timer
     return rows
 
 
-def _warm(cache: StaticKVCache) -> StaticKVCache:
+def _warm(cache):
     cache.warm()
     return cache
 
@@ -314,6 +340,7 @@ def _describe(config: PassesBenchConfig, verifiers) -> dict:
             "draft": DRAFT["quick" if config.quick else "full"], "verifiers": list(verifiers),
             "contexts": list(config.contexts), "pass_tokens": list(config.sizes), "repeats": config.repeats,
             "fast_mode": config.resolved_fast_mode(), "new_tokens": config.new_tokens,
+            "measure": list(config.measure), "ops_sizes": list(config.ops_sizes),
             "replays": [r.__dict__ for r in config.replays]}
 
 
@@ -344,46 +371,3 @@ def targets(result: dict) -> list[dict]:
 
 def _target(text: str, value: float, met: bool) -> dict:
     return {"target": text, "value": value, "met": bool(met)}
-
-
-# ----------------------------------------------------------------------------- output
-
-
-def format_table(result: dict) -> str:
-    """Terminal tables: per pass, draft steps and prefill, replayed decodes, targets."""
-    env = result["environment"]
-    lines = [f"device {env.get('device')} ({env.get('gpu') or env.get('cpu')}), {env.get('dtype')}, "
-             f"fast = static cache, {result['config']['fast_mode']}"]
-    lines += _table(("model", "context", "k+1", "eager ms", "fast ms", "speedup"),
-                    [(r["model"], r["context"], r["pass_tokens"], _ms(r["eager_ms"]), _ms(r["fast_ms"]),
-                      f"{r['speedup']:.1f}×") for r in result["records"]])
-    decode = [r for r in result["records"] if "decode_ms" in r]
-    if decode:
-        lines += _table(("decode attention", "context", "k+1", "sdpa ms", "decode ms", "speedup"),
-                        [(r["model"], r["context"], r["pass_tokens"], _ms(r["eager_ms"]), _ms(r["decode_ms"]),
-                          f"{r['decode_speedup']:.2f}×") for r in decode])
-    lines += _table(("draft token", "context", "eager ms", "fast ms"),
-                    [(d["model"], d["context"], _ms(d["eager_ms"]), _ms(d["fast_ms"])) for d in result["draft_steps"]])
-    lines += _table(("prefill", "context", "chunk", "eager tok/s", "fast tok/s"),
-                    [(p["model"], p["context"], p["chunk"], f"{p['eager_tokens_per_s']:.0f}",
-                      f"{p['fast_tokens_per_s']:.0f}") for p in result["prefill"]])
-    lines += _table(("replayed decode", "τ", "k", "passes", "tokens", "eager ms", "fast ms"),
-                    [(f"{r['verifier']} {r['name']}", r["tau"], r["draft_tokens"], r["passes"], r["new_tokens"],
-                      _ms(r["eager_ms"]), _ms(r["fast_ms"])) for r in result["replays"]])
-    lines.append("warm-up (graph capture) s: " + ", ".join(f"{k} {v:.2f}" for k, v in result["warmup_s"].items()))
-    lines.append("fast mode used: " + ", ".join(f"{k} {v}" for k, v in result["fast_mode_used"].items()))
-    for t in result.get("targets", []):
-        lines.append(f"target {'met   ' if t['met'] else 'MISSED'} {t['target']}: {t['value']:.2f}")
-    return "\n".join(lines)
-
-
-def _ms(value: float) -> str:
-    return f"{value:.2f}" if value < 100 else f"{value:.0f}"
-
-
-def _table(header: tuple, rows: list[tuple]) -> list[str]:
-    rows = [tuple(str(c) for c in header), *[tuple(str(c) for c in r) for r in rows]]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    out = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
-    out.insert(1, "  ".join("-" * w for w in widths))
-    return ["", *out]

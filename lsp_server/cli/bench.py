@@ -4,8 +4,9 @@ engine  — decoding speed at equal output: HF generate (greedy, assisted, promp
           quickdraft's drafters on the same FIM prompts (engine/bench/).
 session — what a user feels: a headless LSP client types into `quickdraft serve` and
           measures every inline completion (lsp_server/bench/session.py).
-passes  — what one forward pass costs, eager vs static cache + CUDA graphs, with random-weight
-          models of the exact Qwen2.5-Coder shapes (engine/bench/passes.py); writes passes.json.
+passes  — what one forward pass costs, eager vs static cache + CUDA graphs (or the compiled step),
+          with random-weight models of the exact Qwen2.5-Coder shapes (engine/bench/passes.py), and
+          with --measure ops the ops per pass, eager vs compiled; writes passes.json.
 quality — are completions right: exact match, edit similarity, stray whitespace, parse
           validity, quickdraft side by side with the raw model (engine/bench/quality.py).
 crossfile — holes that need a name from another file, and control holes, without and with
@@ -122,8 +123,13 @@ def add_parsers(sub) -> None:
                                             "'none': the draft qwen2.5-coder-0.5b alone, which always runs)")
     passes.add_argument("--contexts", help="comma-separated context lengths (default 512,2048; --quick 32,128)")
     passes.add_argument("--repeats", type=int, help="timed passes per figure, the median counts (default 20; --quick 2)")
-    passes.add_argument("--fast-mode", choices=("graphs", "bucketed", "eager"),
-                        help="static cache mode measured as 'fast' (default graphs on CUDA, bucketed elsewhere)")
+    passes.add_argument("--fast-mode", choices=("graphs", "bucketed", "eager", "compiled"),
+                        help="static cache mode measured as 'fast' (default graphs on CUDA, bucketed elsewhere), "
+                             "or 'compiled': the compiled decode step (torch.compile, one graph per shape)")
+    passes.add_argument("--measure", default="times",
+                        help="comma-separated: times (per-pass timings, replays) and/or ops (ATen ops and compiled "
+                             "kernels per pass, eager vs the compiled step, CPU only; compiles each model) "
+                             "(default times)")
     passes.set_defaults(handler=run_passes)
 
     quality = kinds.add_parser("quality", help="completion quality on holes cut from installed code, vs the raw model")
@@ -292,7 +298,8 @@ def run_first_completion(args: argparse.Namespace) -> int:
 
 
 def run_passes(args: argparse.Namespace) -> int:
-    from engine.bench.passes import PassesBenchConfig, format_table, run_passes_bench
+    from engine.bench.passes import PassesBenchConfig, run_passes_bench
+    from engine.bench.passes_table import format_table
     from engine.errors import QuickdraftError
     from engine.models.loading import parse_device, parse_precision
 
@@ -300,6 +307,9 @@ def run_passes(args: argparse.Namespace) -> int:
     dtype, int8 = parse_precision(args.dtype or ("float32" if device.type == "cpu" else None), device)
     if args.fast_mode == "graphs" and device.type != "cuda":
         raise QuickdraftError("--fast-mode graphs needs --device cuda; use bucketed or eager on this device")
+    measure = _measures(args.measure)
+    if "ops" in measure and device.type != "cpu":
+        raise QuickdraftError("--measure ops counts on the CPU (compiled passes on CUDA replay graphs); add --device cpu")
     try:
         contexts = tuple(int(c) for c in args.contexts.split(",")) if args.contexts else None
     except ValueError:
@@ -309,7 +319,7 @@ def run_passes(args: argparse.Namespace) -> int:
         verifiers=_verifiers(args.verifiers),
         contexts=contexts or ((32, 128) if args.quick else (512, 2048)),
         repeats=_pick(args.repeats, args.quick, 2, 20), fast_mode=args.fast_mode,
-        new_tokens=32 if args.quick else 64,
+        new_tokens=32 if args.quick else 64, measure=measure,
     )
     try:
         result = run_passes_bench(config, progress=lambda text: print(text, file=sys.stderr))
@@ -318,6 +328,15 @@ def run_passes(args: argparse.Namespace) -> int:
     return _report(result, format_table(result), Path(args.out) / "passes.json")
 
 
+
+
+def _measures(text: str) -> tuple[str, ...]:
+    from engine.errors import QuickdraftError
+
+    measures = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not measures or set(measures) - {"times", "ops"}:
+        raise QuickdraftError(f"--measure takes times, ops or times,ops; not {text!r}")
+    return measures
 
 
 def _verifiers(text: str | None) -> tuple[str, ...] | None:

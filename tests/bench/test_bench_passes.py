@@ -72,3 +72,39 @@ def test_embedded_shapes_are_the_real_configs(preset):
     real = json.loads((Path(path) / "config.json").read_text())
     metadata = {"_model_name_or_path", "transformers_version", "dtype", "layer_types"}
     assert {k: v for k, v in real.items() if k not in metadata} == QWEN_CONFIGS[preset]
+
+
+def test_ops_per_pass_eager_vs_compiled(tmp_path, capsys):
+    """The quick draft model's shape, as tests/decoding/test_compiled_step.py compiles it: its graphs
+    (passes of 1 and 8 tokens after 32) are in inductor's cache by then. Nothing is timed."""
+    args = ["bench", "passes", "--quick", "--verifiers", "none", "--measure", "ops", "--out", str(tmp_path)]
+    assert cli_main(args) == 0
+    result = json.loads((tmp_path / "passes.json").read_text())
+    assert result["records"] == [] and result["replays"] == []
+    ops = {r["pass_tokens"]: r for r in result["ops"]}
+    assert set(ops) == {1, 8} and all(r["context"] == 32 and r["model"] == "quick-draft" for r in ops.values())
+    for row in ops.values():
+        assert 0 < row["compiled_ops"] < row["eager_ops"] and row["ratio"] == row["compiled_ops"] / row["eager_ops"]
+        assert row["compile_s"] > 0
+    table = capsys.readouterr().out
+    assert "ops per pass" in table and "compiled/eager" in table
+    assert cli_main(["bench", "passes", "--quick", "--measure", "speed", "--out", str(tmp_path)]) == 2
+    assert "--measure takes" in capsys.readouterr().err
+
+
+def test_every_qwen_shape_has_its_published_size():
+    """Built on the meta device (no memory): parameter counts as Qwen2.5-Coder publishes them."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    published_billions = {"qwen2.5-coder-0.5b": 0.49, "qwen2.5-coder-1.5b": 1.54, "qwen2.5-coder-3b": 3.09,
+                          "qwen2.5-coder-7b": 7.61, "qwen2.5-coder-14b": 14.7}
+    assert set(QWEN_CONFIGS) == set(published_billions)
+    for name, billions in published_billions.items():
+        with torch.device("meta"):
+            model = Qwen2ForCausalLM(Qwen2Config(**QWEN_CONFIGS[name]))
+        counted = sum(p.numel() for p in model.parameters())
+        if name in ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"):  # published tied; converted from GGUF untied
+            counted -= model.lm_head.weight.numel()
+        counted /= 1e9
+        assert abs(counted - billions) / billions < 0.01, (name, counted)
