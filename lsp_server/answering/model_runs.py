@@ -20,7 +20,7 @@ from lsprotocol import types
 
 from engine.errors import QuickdraftError
 from lsp_server.answering.anticipation import Anticipated
-from lsp_server.answering.context import Cursor, build_request
+from lsp_server.answering.context import DocumentCursor, build_request
 from lsp_server.answering.following import DecodeOn
 from lsp_server.answering.scheduler import Superseded
 from lsp_server.answering.typethrough import Shown, type_through
@@ -54,14 +54,14 @@ class Unanswered:
 class ModelRuns:
     """The model-run methods of CompletionService."""
 
-    def staleness(self, workspace, cursor: Cursor) -> Callable[[], bool]:
+    def staleness(self, workspace, cursor: DocumentCursor) -> Callable[[], bool]:
         """Whether the document has changed (or closed) since `cursor` was taken."""
         def is_stale() -> bool:
             current = workspace.text_documents.get(cursor.uri)
             return current is None or current.version != cursor.version
         return is_stale
 
-    def budget_s(self, cursor: Cursor, asked_at: float) -> float:
+    def budget_s(self, cursor: DocumentCursor, asked_at: float) -> float:
         """The request's budget: the setting, or less when the user's typing rhythm says the next key,
         which cancels the request, comes sooner: part of an answer shown beats a whole one dropped
         (the decode goes on, and what it writes follows as ghost text)."""
@@ -72,7 +72,7 @@ class ModelRuns:
         until_next_key = next_key - NEXT_KEY_MARGIN_S - asked_at
         return budget if until_next_key < MIN_TYPING_BUDGET_S else min(budget, until_next_key)
 
-    async def run_model(self, workspace, document, cursor: Cursor, started: float,
+    async def run_model(self, workspace, document, cursor: DocumentCursor, started: float,
                         anticipated: Anticipated | None = None) -> types.InlineCompletionList:
         """Run the model for `cursor`: answered within the budget from `started` (when the request
         came, or is expected), with what is verified then; decoding goes on after the answer."""
@@ -164,7 +164,7 @@ class ModelRuns:
                 return EMPTY  # a newer edit withdrew the run before it answered (the client cancels this too)
             raise
 
-    def answer(self, answered: asyncio.Future, started: float, cursor: Cursor, partial, is_stale,
+    def answer(self, answered: asyncio.Future, started: float, cursor: DocumentCursor, partial, is_stale,
                decode_on: DecodeOn, anticipated: Anticipated | None = None) -> None:
         if answered.done():
             self.grew(cursor, partial, is_stale, decode_on)
@@ -175,7 +175,7 @@ class ModelRuns:
         self.record_model(started, cursor, partial, anticipated)
         self.notify_progress("ready")
 
-    def record_model(self, started: float, cursor: Cursor, result, anticipated: Anticipated | None) -> None:
+    def record_model(self, started: float, cursor: DocumentCursor, result, anticipated: Anticipated | None) -> None:
         """A model answer's figures. A run started at an edit counts from when its request came;
         one no request has adopted is work no client waited for (not a request)."""
         if anticipated is None:
@@ -185,7 +185,7 @@ class ModelRuns:
         else:
             self.record(anticipated.edited_at, cursor, "anticipated", result=result)
 
-    def withdrawn(self, run: asyncio.Future, answered: asyncio.Future, cursor: Cursor, cancel: threading.Event,
+    def withdrawn(self, run: asyncio.Future, answered: asyncio.Future, cursor: DocumentCursor, cancel: threading.Event,
                   decode_on: DecodeOn) -> None:
         """The client cancelled the request: a local engine's job goes on as a decode the next keys
         may follow (lsp_server/answering/following.py); a remote server's stream is closed (shared time)."""
@@ -198,7 +198,7 @@ class ModelRuns:
         if not run.done():  # else its job has ended (or never started): there is no decode to follow
             self.decode_on[cursor.uri] = decode_on
 
-    async def follow(self, decode_on: DecodeOn, document, cursor: Cursor, started: float, is_stale) -> types.InlineCompletionList:
+    async def follow(self, decode_on: DecodeOn, document, cursor: DocumentCursor, started: float, is_stale) -> types.InlineCompletionList:
         """The user typed what the decode going on is writing: wait for it, within the budget,
         rather than cancel it and start over (lsp_server/answering/following.py)."""
         until = started + self.settings.budget_ms / 1000 - LOOP_ANSWER_MARGIN_S
@@ -209,7 +209,7 @@ class ModelRuns:
         self.record(started, cursor, "followed", text=kept.text if kept else "")
         return self.items(document, cursor, kept.text, kept.replace_after) if kept else EMPTY
 
-    def grew(self, cursor: Cursor, partial, is_stale, decode_on: DecodeOn) -> None:
+    def grew(self, cursor: DocumentCursor, partial, is_stale, decode_on: DecodeOn) -> None:
         """Decoding on after the answer, it gained a line (a single-line one: its line is done): worth
         telling of before the rest is decoded; one the gate withheld is kept to type through, untold."""
         kept, grown = self.shown.get(cursor.uri), Shown.of(cursor, partial)
@@ -222,7 +222,7 @@ class ModelRuns:
             self.notify_ready(cursor)
         decode_on.grew(self.shown.get(cursor.uri), self.notify_ready)
 
-    def finished(self, answered: asyncio.Future, started: float, cursor: Cursor, result, is_stale,
+    def finished(self, answered: asyncio.Future, started: float, cursor: DocumentCursor, result, is_stale,
                  decode_on: DecodeOn, anticipated: Anticipated | None = None) -> None:
         if not answered.done() or answered.cancelled():  # answered at its end, or withdrawn by the client
             self.record_model(started, cursor, result, anticipated)
@@ -249,7 +249,7 @@ class ModelRuns:
             del self.decode_on[uri]
         decode_on.grew(self.shown.get(uri), self.notify_ready)  # followers still waiting give up
 
-    def notify_ready(self, cursor: Cursor) -> None:
+    def notify_ready(self, cursor: DocumentCursor) -> None:
         self.telemetry.count("ready")
         self.notify(READY_NOTIFICATION, {
             "textDocument": {"uri": cursor.uri, "version": cursor.version},

@@ -21,7 +21,7 @@ from engine.backends.base import Health
 from engine.errors import QuickdraftError
 from lsp_server.answering.anticipation import Anticipated, Anticipation, cursor_after_edit, is_keystroke
 from lsp_server.workspace.backends import describe_choice, open_backend
-from lsp_server.answering.context import Cursor, inline_items, locate, looks_binary
+from lsp_server.answering.context import DocumentCursor, inline_items, locate, looks_binary
 from lsp_server.answering.following import DecodeOn
 from lsp_server.workspace.gc_pauses import Collector
 from lsp_server.answering.model_runs import EMPTY, ModelRuns
@@ -174,10 +174,10 @@ class CompletionService(ModelRuns):
             return await self.follow(decode_on, document, cursor, started, self.staleness(workspace, cursor))
         return await self.run_model(workspace, document, cursor, started)
 
-    def items(self, document, cursor: Cursor, text: str, replace_after: int) -> types.InlineCompletionList:
+    def items(self, document, cursor: DocumentCursor, text: str, replace_after: int) -> types.InlineCompletionList:
         return inline_items(document, cursor, text, replace_after, f"qd-{next(self._ids)}") if text else EMPTY
 
-    def record(self, started: float, cursor: Cursor, source: str, *, result=None, text: str = "") -> None:
+    def record(self, started: float, cursor: DocumentCursor, source: str, *, result=None, text: str = "") -> None:
         record = RequestRecord(
             id=str(cursor.version), uri=cursor.uri, source=source,
             latency_ms=(time.monotonic() - started) * 1000, budget_ms=self.settings.budget_ms, text_chars=len(text),
