@@ -181,3 +181,27 @@ def test_the_shared_name_finder_finds_one(tmp_path):
         (tmp_path / folder / "m.py").write_text("class Cursor:\n    class Inner:\n        pass\n")
     found = classes_by_name({"a.m": tmp_path / "a" / "m.py", "b.m": tmp_path / "b" / "m.py"})
     assert found == {"Cursor": ["a.m", "b.m"], "Inner": ["a.m", "b.m"]}
+
+
+def kind_comparisons(tree: ast.AST) -> list[str]:
+    """Comparisons that read a `.kind`, as source text; the heads command's own `--kind` option
+    (`args.kind`) is no backend's."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(isinstance(o, ast.Attribute) and o.attr == "kind" and ast.unparse(o.value) != "args" for o in operands):
+                found.append(ast.unparse(node))
+    return found
+
+
+def test_the_server_never_asks_which_backend_it_holds():
+    # The Backend protocol (engine/backends/base.py) says what differs; `kind` is for figures only.
+    asked = {name: found for name, path in modules().items() if name.startswith("lsp_server")
+             if (found := kind_comparisons(ast.parse(path.read_text())))}
+    assert asked == {}
+
+
+def test_the_kind_finder_finds_one():
+    source = "if self.backend.kind != 'local' or args.kind == 'feature':\n    pass\n"
+    assert kind_comparisons(ast.parse(source)) == ["self.backend.kind != 'local'"]

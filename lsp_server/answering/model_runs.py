@@ -189,7 +189,7 @@ class ModelRuns:
                   decode_on: DecodeOn) -> None:
         """The client cancelled the request: a local engine's job goes on as a decode the next keys
         may follow (lsp_server/answering/following.py); a remote server's stream is closed (shared time)."""
-        if self.backend is None or self.backend.kind != "local" or answered.done():
+        if self.backend is None or self.backend.shared or answered.done():
             run.cancel()
             return
         answered.cancel()

@@ -65,14 +65,7 @@ class CompletionService(ModelRuns):
         self.notify("quickdraft/status", {"state": state, "message": message, "draftAcceptance": rate})
 
     @property
-    def engine(self):
-        """The local engine behind the backend; None for a remote server (tests and debugging)."""
-        return getattr(self.backend, "engine", None)
-
-    @property
     def drafter_mode(self) -> str:
-        if self.backend is not None and self.backend.kind == "remote":
-            return "server"  # the inference server drafts (or not) by its own configuration
         return self.backend.drafter_mode if self.backend is not None else self.settings.drafter
 
     def start_loading(self) -> None:
@@ -82,8 +75,7 @@ class CompletionService(ModelRuns):
     async def load_models(self) -> None:
         settings = self.settings
         if self.backend is not None and self.backend_key == settings.model_key():
-            if self.backend.kind == "local":
-                await self.scheduler.call(lambda: self.backend.set_drafter(settings.drafter))
+            await self.scheduler.call(lambda: self.backend.set_drafter(settings.drafter))
             return
         self.scheduler.cancel_all()
         self.status("loading", describe_choice(settings))
@@ -108,9 +100,8 @@ class CompletionService(ModelRuns):
             self.shown.clear()
             self.error = ""
             self.status("ready", f"ready: {self.backend.describe()}")
-            health = getattr(self.backend, "health", None)
-            if health is not None and health.state != "ready":
-                self.backend_health_changed(health)
+            if self.backend.health.state != "ready":
+                self.backend_health_changed(self.backend.health)
             self.warmer.engine_ready()
         except QuickdraftError as error:
             self.error = str(error)
@@ -198,8 +189,9 @@ class CompletionService(ModelRuns):
             self.send_status(state, state)
 
     def maybe_retune(self) -> None:
-        if not self.settings.adaptive_drafting or self.backend is None or self.backend.kind != "local":
+        if not self.settings.adaptive_drafting or self.backend is None:
             return
+        # Only a draft model's mode is ever switched: never a remote server's ("server").
         decision = self.telemetry.retune(self.backend.drafter_mode)
         if decision is None:
             return
@@ -222,7 +214,7 @@ class CompletionService(ModelRuns):
         if previous is not None and not previous.task.done():
             previous.task.cancel()  # the user typed on: it goes on as a decode the next keys may follow
         if (document is None or not self.settings.anticipate or self.state != "ready" or self.backend is None
-                or self.backend.kind != "local" or not self.anticipation.client_asks(now)
+                or self.backend.shared or not self.anticipation.client_asks(now)
                 or not self.settings.language_enabled(document.language_id)
                 or len(document.source) > MAX_WARM_CHARS):  # generated or minified: not worth a run per key
             return
