@@ -13,7 +13,7 @@ the next edit's run supersedes it. Only small edits anticipate (typing, Enter, a
 pastes, formatting and whole-document syncs do not.
 
 The rhythm (the median gap between the user's keys) says when the next key is due: the
-service ends a request's budget before it (lsp_server/answering/model_runs.py, `budget_s`), since that key
+service ends a request's budget before it (lsp_server/answering/service.py, `budget_s`), since that key
 cancels the request and an answer after it is never seen.
 """
 
@@ -48,7 +48,7 @@ class Anticipated:
 
     cursor: DocumentCursor
     edited_at: float  # time.monotonic() of the edit
-    task: asyncio.Task | None = None  # the run (lsp_server/answering/model_runs.py run_model): the answer as LSP items
+    task: asyncio.Task | None = None  # the run (a ModelRun, lsp_server/answering/model_runs.py): the answer as LSP items
     decode_on: DecodeOn | None = None  # its decode, once the run has started
     asked_at: float | None = None  # when a request adopted it
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from typing import Callable
 from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
@@ -72,6 +73,14 @@ def locate(document, position: types.Position) -> DocumentCursor | None:
     text = document.source
     return DocumentCursor(document.uri, document.version, document.language_id, offset, text[:offset], text[offset:],
                           position)
+
+
+def staleness(workspace, cursor: DocumentCursor) -> Callable[[], bool]:
+    """Whether the document has changed (or closed) since `cursor` was taken."""
+    def is_stale() -> bool:
+        current = workspace.text_documents.get(cursor.uri)
+        return current is None or current.version != cursor.version
+    return is_stale
 
 
 def looks_binary(cursor: DocumentCursor) -> bool:

@@ -32,7 +32,7 @@ class Settings:
     # Start the model at an edit, before the client's debounced request (lsp_server/answering/anticipation.py).
     anticipate: bool = True
     # While the user types, answer before their next key is due (it cancels the request) with what is
-    # verified by then; the rest follows as ghost text (lsp_server/answering/model_runs.py budget_s).
+    # verified by then; the rest follows as ghost text (lsp_server/answering/service.py budget_s).
     answer_before_next_key: bool = True
     # Withhold answers whose verifier confidence is below this (engine/decoding/confidence.py; 0: show all;
     # None: the threshold measured for the verifier, 0.5 for the 0.5B).
