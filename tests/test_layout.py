@@ -1,5 +1,6 @@
 """The architecture's rules, read from the source: no import circles, the engine never imports the
-server, and the server's own modules never touch tensors (docs/architecture.md)."""
+server, the server's own modules never touch tensors, and no two classes share a name
+(docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -165,3 +166,51 @@ def test_the_cursor_context_alone_works_out_what_holds_at_the_cursor():
                 if called in derivers:
                     callers.add(name)
     assert callers <= {"engine.text.cursor", "engine.text.parse_window"}
+
+
+def classes_by_name(files: dict[str, Path]) -> dict[str, list[str]]:
+    """Every class defined in `files` (module name → path), nested ones too: name → the modules defining it."""
+    found: dict[str, list[str]] = {}
+    for module, path in files.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                found.setdefault(node.name, []).append(module)
+    return found
+
+
+def test_no_two_classes_share_a_name():
+    # One name, one thing: a reader (or an import) never has to ask which `Cursor` is meant.
+    shared = {name: where for name, where in classes_by_name(modules()).items() if len(where) > 1}
+    assert shared == {}
+
+
+def test_the_shared_name_finder_finds_one(tmp_path):
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "m.py").write_text("class Cursor:\n    class Inner:\n        pass\n")
+    found = classes_by_name({"a.m": tmp_path / "a" / "m.py", "b.m": tmp_path / "b" / "m.py"})
+    assert found == {"Cursor": ["a.m", "b.m"], "Inner": ["a.m", "b.m"]}
+
+
+def kind_comparisons(tree: ast.AST) -> list[str]:
+    """Comparisons that read a `.kind`, as source text; the heads command's own `--kind` option
+    (`args.kind`) is no backend's."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(isinstance(o, ast.Attribute) and o.attr == "kind" and ast.unparse(o.value) != "args" for o in operands):
+                found.append(ast.unparse(node))
+    return found
+
+
+def test_the_server_never_asks_which_backend_it_holds():
+    # The Backend protocol (engine/backends/base.py) says what differs; `kind` is for figures only.
+    asked = {name: found for name, path in modules().items() if name.startswith("lsp_server")
+             if (found := kind_comparisons(ast.parse(path.read_text())))}
+    assert asked == {}
+
+
+def test_the_kind_finder_finds_one():
+    source = "if self.backend.kind != 'local' or args.kind == 'feature':\n    pass\n"
+    assert kind_comparisons(ast.parse(source)) == ["self.backend.kind != 'local'"]

@@ -42,7 +42,15 @@ HealthCallback = Callable[[Health], None]
 
 @runtime_checkable
 class Backend(Protocol):
-    kind: str  # "local" | "remote"
+    """Everything the server asks of a backend: both implementations have every member, so the
+    server never needs to know which one it holds."""
+
+    kind: str  # "local" | "remote": for status lines and figures, never to decide what to do
+    # Other users' requests run on it too (an inference server): it is given no work nobody asked
+    # for, and a request the client cancels is stopped rather than decoded on for the next keys.
+    shared: bool
+    drafter_mode: str  # how drafts are made (engine.modes); "server": the inference server's own way
+    health: Health  # how it is doing; a local engine is always ready
 
     def complete(self, request: "CompletionRequest", cancel: threading.Event | None = None,
                  on_text: TextCallback | None = None,
@@ -58,6 +66,16 @@ class Backend(Protocol):
 
     def warm(self, request: "CompletionRequest", cancel: threading.Event | None = None) -> int:
         """Prepare caches for a likely request; returns the prompt tokens made ready (0: nothing done)."""
+        ...
+
+    def set_drafter(self, mode: str) -> None:
+        """Draft this way from the next request on (a setting, or adaptive drafting); a backend
+        whose server drafts by its own configuration has nothing to switch."""
+        ...
+
+    def set_context_budget(self, **chosen: int | None) -> None:
+        """The prompt's token budgets the client chose (prefix_tokens, suffix_tokens,
+        other_documents_tokens, cold_prefix_tokens); None keeps the backend's default."""
         ...
 
     def describe(self) -> str:

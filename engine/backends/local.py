@@ -6,12 +6,14 @@ import threading
 from dataclasses import replace
 from typing import Callable
 
-from engine.backends.base import TextCallback
+from engine.backends.base import Health, TextCallback
 from engine.completion import CompletionEngine, CompletionRequest, CompletionResult
 
 
 class LocalBackend:
     kind = "local"
+    shared = False  # this editor's alone: it may decode ahead of what is asked
+    health = Health("ready", "")  # nothing between it and the editor to go away
 
     def __init__(self, engine: CompletionEngine) -> None:
         self.engine = engine
@@ -31,7 +33,6 @@ class LocalBackend:
     def warm(self, request: CompletionRequest, cancel: threading.Event | None = None) -> int:
         return self.engine.warm(request, cancel=cancel)
 
-    # -- what only a local engine has -------------------------------------------------
     @property
     def drafter_mode(self) -> str:
         return self.engine.drafter_mode

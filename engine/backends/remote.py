@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import httpx2
@@ -29,6 +29,7 @@ import httpx2
 from engine.backends.base import BackendError, Health, HealthCallback, TextCallback
 from engine.backends.connection import IoThread, check_url, http_error_message, make_client, transport_message
 from engine.backends.remote_prompt import PromptRenderer, family_for, load_tokenizer
+from engine.backends.stream import Stream
 from engine.backends.wire import completions_body, decode_stats, infill_body, parse_event, parse_metrics
 from engine.completion import ANSWER_MARGIN_S, CompletionRequest, CompletionResult
 from engine.decoding.stops import StopReason
@@ -59,27 +60,10 @@ class RemoteConfig:
     request_timeout_s: float = 30.0  # the longest any request may take when it has no budget
 
 
-@dataclass
-class _Stream:
-    """What one request's stream has brought so far; written on the I/O loop, read by the worker."""
-
-    parts: list[str] = field(default_factory=list)
-    chunks: int = 0
-    reason: StopReason | None = None
-    timings: dict = field(default_factory=dict)
-    usage: dict = field(default_factory=dict)
-    error: BackendError | None = None
-    first_text_at: float | None = None
-    ended_at: float | None = None
-    closed: threading.Event = field(default_factory=threading.Event)
-
-    @property
-    def text(self) -> str:
-        return "".join(self.parts)
-
-
 class RemoteBackend:
     kind = "remote"
+    shared = True  # other users' requests run on it too
+    drafter_mode = "server"  # the server drafts (or not) by its own configuration
 
     def __init__(self, config: RemoteConfig, *, on_health: HealthCallback | None = None) -> None:
         self.base_url, self.loopback = check_url(config.url)
@@ -181,7 +165,7 @@ class RemoteBackend:
         until = deadline if deadline is not None and on_answer is None else started + self.config.request_timeout_s
         path, body, prompt_tokens, anchored = self._request(request, cursor)
 
-        def finish(stream: _Stream, reason: StopReason) -> CompletionResult:
+        def finish(stream: Stream, reason: StopReason) -> CompletionResult:
             text = stream.text
             shown = postprocess(text, cursor, ended=reason in (StopReason.EOS, StopReason.STOP_STRING))
             stats = decode_stats(stream.timings, stream.usage, chunks=stream.chunks, prompt_tokens=prompt_tokens,
@@ -223,13 +207,13 @@ class RemoteBackend:
         return "/v1/completions", body, prompt.prompt_tokens, prompt.anchored
 
     def _stream(self, path: str, body: dict, until: float, cancel: threading.Event | None,
-                on_text: TextCallback | None, answer_at_deadline=None) -> _Stream:
+                on_text: TextCallback | None, answer_at_deadline=None) -> Stream:
         """Run one streamed request on the I/O loop until `until`; stop (and close it) on cancel.
 
         answer_at_deadline: (deadline, callback) — the callback gets the stream so far then,
         on this (the worker's) thread, and the stream goes on.
         """
-        stream = _Stream()
+        stream = Stream()
         future = self._io.submit(self._read(path, body, until, stream, on_text))
         while True:
             wait = CANCEL_POLL_S if answer_at_deadline is None else max(  # woken at the deadline itself
@@ -250,7 +234,7 @@ class RemoteBackend:
                 stream.reason = StopReason.CANCELLED
                 return stream
 
-    async def _read(self, path: str, body: dict, until: float, stream: _Stream,
+    async def _read(self, path: str, body: dict, until: float, stream: Stream,
                     on_text: TextCallback | None) -> None:
         try:
             remaining = until - time.monotonic()
@@ -267,7 +251,7 @@ class RemoteBackend:
                         raise BackendError(http_error_message(self.base_url, path, response.status_code, text,
                                                               self.config.api_key))
                     async for line in response.aiter_lines():
-                        self._take(parse_event(line), stream, on_text)
+                        stream.take(parse_event(line), on_text)
             stream.reason = stream.reason or StopReason.EOS
         except TimeoutError:
             stream.reason = StopReason.DEADLINE
@@ -279,26 +263,8 @@ class RemoteBackend:
             stream.ended_at = time.monotonic()
             stream.closed.set()
 
-    @staticmethod
-    def _take(event, stream: _Stream, on_text: TextCallback | None) -> None:
-        if event is None:
-            return
-        if event.error:
-            raise BackendError(f"the backend stopped with an error: {event.error}")
-        if event.text:
-            if stream.first_text_at is None:
-                stream.first_text_at = time.monotonic()
-            stream.parts.append(event.text)
-            stream.chunks += 1
-            if on_text is not None:
-                on_text(event.text)
-        stream.timings = event.timings or stream.timings
-        stream.usage = event.usage or stream.usage
-        if event.done:
-            stream.reason = StopReason(event.finish_reason)
-
     # -- health -----------------------------------------------------------------------------
-    def _after(self, stream: _Stream, deadline: float | None, started: float) -> None:
+    def _after(self, stream: Stream, deadline: float | None, started: float) -> None:
         """Book-keeping after a request: figures, and the health it says the server is in."""
         cancelled_in_time = deadline is None or time.monotonic() < deadline
         if stream.reason == StopReason.CANCELLED and stream.error is None and cancelled_in_time:
@@ -386,6 +352,9 @@ class RemoteBackend:
                             "acceptance": round(accepted / drafted, 4) if drafted else None},
             "metrics": dict(self.metrics),
         }
+
+    def set_drafter(self, mode: str) -> None:
+        """Nothing to switch here: the server's own configuration says how it drafts."""
 
     def set_context_budget(self, **chosen: int | None) -> None:
         self.renderer.context_budget = replace(self.renderer.default_budget,

@@ -34,7 +34,7 @@ from typing import Callable, Sequence
 from engine.bench.common import load_average, machine, round_or_none
 from engine.bench.corpus import Hole
 from engine.bench.figures import BASELINE, summarize, targets
-from engine.bench.runs import Prompt, Run, run_hf, run_quickdraft
+from engine.bench.runs import HolePrompt, Run, run_hf, run_quickdraft
 from engine.drafters.config import DrafterConfig
 from engine.modes import needs_draft_model
 
@@ -116,15 +116,15 @@ class EngineBench:
                         ", ".join(sorted(set(config.modes) - set(self.modes))))
 
     # -- prompts ----------------------------------------------------------------------
-    def prompt(self, hole: Hole) -> Prompt:
+    def prompt(self, hole: Hole) -> HolePrompt:
         from engine.text.prompt import ContextBudget, build_prompt
 
         budget = ContextBudget(self.config.prefix_tokens, self.config.suffix_tokens, 0)
         parts = build_prompt(self.tokenizer, self.template, hole.prefix, hole.suffix, path=hole.path, budget=budget)
-        return Prompt(hole, parts.token_ids, parts.token_streams)
+        return HolePrompt(hole, parts.token_ids, parts.token_streams)
 
     # -- one run ----------------------------------------------------------------------
-    def run(self, mode: str, prompt: Prompt, max_new_tokens: int, index: int) -> Run:
+    def run(self, mode: str, prompt: HolePrompt, max_new_tokens: int, index: int) -> Run:
         if mode.startswith("hf-"):
             return run_hf(self, mode, prompt, max_new_tokens, index)
         return run_quickdraft(self, mode, prompt, max_new_tokens, index)

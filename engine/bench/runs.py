@@ -16,8 +16,8 @@ from typing import Any, Protocol
 from engine.bench.corpus import Hole
 
 
-class EngineBench(Protocol):
-    """What a run needs of the benchmark (engine/bench/decode.py builds it)."""
+class RunSetup(Protocol):
+    """What a run needs of the benchmark: its models and settings (engine/bench/decode.py's `EngineBench`)."""
 
     config: Any
     verifier: Any  # LoadedModel
@@ -75,7 +75,7 @@ class Run:
 
 
 @dataclass
-class Prompt:
+class HolePrompt:
     hole: Hole
     token_ids: list[int]
     streams: list[list[int]]
@@ -116,14 +116,14 @@ def sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _hf_generation_kwargs(bench: EngineBench, max_new_tokens: int) -> dict:
+def _hf_generation_kwargs(bench: RunSetup, max_new_tokens: int) -> dict:
     pad = bench.tokenizer.pad_token_id if bench.tokenizer.pad_token_id is not None else bench.stop_ids[0]
     # Explicit plain greedy: a model's own generation_config may ask for sampling or a repetition penalty.
     return {"max_new_tokens": max_new_tokens, "do_sample": False, "num_beams": 1, "repetition_penalty": 1.0,
             "eos_token_id": list(bench.eos_ids) or None, "pad_token_id": pad}
 
 
-def run_hf(bench: EngineBench, mode: str, prompt: Prompt, max_new_tokens: int, index: int) -> Run:
+def run_hf(bench: RunSetup, mode: str, prompt: HolePrompt, max_new_tokens: int, index: int) -> Run:
     """transformers `generate`: plain greedy, assisted by the draft model, or with prompt lookup."""
     import torch
 
@@ -184,7 +184,7 @@ def run_hf(bench: EngineBench, mode: str, prompt: Prompt, max_new_tokens: int, i
     )
 
 
-def run_quickdraft(bench: EngineBench, mode: str, prompt: Prompt, max_new_tokens: int, index: int) -> Run:
+def run_quickdraft(bench: RunSetup, mode: str, prompt: HolePrompt, max_new_tokens: int, index: int) -> Run:
     """quickdraft's SpeculativeDecoder with a fresh drafter (emptied caches) for the mode."""
     import torch
 

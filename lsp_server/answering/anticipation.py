@@ -13,7 +13,7 @@ the next edit's run supersedes it. Only small edits anticipate (typing, Enter, a
 pastes, formatting and whole-document syncs do not.
 
 The rhythm (the median gap between the user's keys) says when the next key is due: the
-service ends a request's budget before it (lsp_server/answering/model_runs.py, `budget_s`), since that key
+service ends a request's budget before it (lsp_server/answering/service.py, `budget_s`), since that key
 cancels the request and an answer after it is never seen.
 """
 
@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 from lsprotocol import types
 
-from lsp_server.answering.context import Cursor
+from lsp_server.answering.context import DocumentCursor
 from lsp_server.answering.following import DecodeOn
 
 # The client asked automatically this recently: it asks after edits (an explicit-trigger client,
@@ -46,13 +46,13 @@ MAX_KEY_GAP_S = 0.6  # longer gaps between two edits are pauses, not the typing 
 class Anticipated:
     """A model run started at an edit."""
 
-    cursor: Cursor
+    cursor: DocumentCursor
     edited_at: float  # time.monotonic() of the edit
-    task: asyncio.Task | None = None  # the run (lsp_server/answering/model_runs.py run_model): the answer as LSP items
+    task: asyncio.Task | None = None  # the run (a ModelRun, lsp_server/answering/model_runs.py): the answer as LSP items
     decode_on: DecodeOn | None = None  # its decode, once the run has started
     asked_at: float | None = None  # when a request adopted it
 
-    def answers(self, cursor: Cursor) -> bool:
+    def answers(self, cursor: DocumentCursor) -> bool:
         """The run is for this request's document version and position."""
         mine = self.cursor
         return (mine.uri, mine.version, mine.offset) == (cursor.uri, cursor.version, cursor.offset)
@@ -124,7 +124,7 @@ class Anticipation:
         self.edits[uri] = Edit(version, now, key)
         return self.runs.pop(uri, None)
 
-    def asked(self, cursor: Cursor, now: float, automatic: bool) -> None:
+    def asked(self, cursor: DocumentCursor, now: float, automatic: bool) -> None:
         """A request: an automatic one right after its edit tells the client's debounce."""
         if not automatic:
             return
@@ -150,7 +150,7 @@ class Anticipation:
     def started(self, run: Anticipated) -> None:
         self.runs[run.cursor.uri] = run
 
-    def take(self, cursor: Cursor) -> Anticipated | None:
+    def take(self, cursor: DocumentCursor) -> Anticipated | None:
         """The run started for this request, which it adopts; None if there is none for its spot.
         The run stays the document's until the next edit, which withdraws it if it has not answered."""
         run = self.runs.get(cursor.uri)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from typing import Callable
 from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
@@ -33,7 +34,10 @@ def valid_text(text: str) -> str:
 
 
 @dataclass
-class Cursor:
+class DocumentCursor:
+    """The cursor in one version of an open document, as the client placed it, with the text either
+    side. The engine's own `Cursor` (engine/text/cursor.py) is what holds at it: language, line, syntax."""
+
     uri: str
     version: int | None
     language_id: str | None
@@ -48,7 +52,7 @@ def path_of(uri: str) -> str:
     return valid_text(unquote(parsed.path) if parsed.scheme in ("file", "") else uri)
 
 
-def locate(document, position: types.Position) -> Cursor | None:
+def locate(document, position: types.Position) -> DocumentCursor | None:
     """The cursor in `document`, or None when the position is not in it.
 
     A character past the end of its line means the end of that line (as LSP says);
@@ -60,17 +64,26 @@ def locate(document, position: types.Position) -> Cursor | None:
     if position.line >= len(lines):
         if position.line == len(lines) and position.character == 0:  # the empty last line
             text = document.source
-            return Cursor(document.uri, document.version, document.language_id, len(text), text, "", position)
+            return DocumentCursor(document.uri, document.version, document.language_id, len(text), text, "", position)
         return None
     line_text = lines[position.line].rstrip("\r\n")
     line_units = document.position_codec.client_num_units(line_text)
     position = types.Position(line=position.line, character=min(position.character, line_units))
     offset = document.offset_at_position(position)
     text = document.source
-    return Cursor(document.uri, document.version, document.language_id, offset, text[:offset], text[offset:], position)
+    return DocumentCursor(document.uri, document.version, document.language_id, offset, text[:offset], text[offset:],
+                          position)
 
 
-def looks_binary(cursor: Cursor) -> bool:
+def staleness(workspace, cursor: DocumentCursor) -> Callable[[], bool]:
+    """Whether the document has changed (or closed) since `cursor` was taken."""
+    def is_stale() -> bool:
+        current = workspace.text_documents.get(cursor.uri)
+        return current is None or current.version != cursor.version
+    return is_stale
+
+
+def looks_binary(cursor: DocumentCursor) -> bool:
     near = cursor.prefix[-BINARY_PROBE_CHARS:] + cursor.suffix[:BINARY_PROBE_CHARS]
     return "\x00" in near
 
@@ -103,7 +116,7 @@ def _valid_document(text: str) -> str:
     return valid_text(text)
 
 
-def build_request(cursor: Cursor, settings: Settings, workspace, received_at: float | None = None,
+def build_request(cursor: DocumentCursor, settings: Settings, workspace, received_at: float | None = None,
                   budget_ms: float | None = None) -> CompletionRequest:
     """The engine's request at `cursor`; `budget_ms` overrides the setting's (a typing rhythm's cut)."""
     return CompletionRequest(
@@ -120,7 +133,8 @@ def build_request(cursor: Cursor, settings: Settings, workspace, received_at: fl
     )
 
 
-def inline_items(document, cursor: Cursor, text: str, replace_after: int, item_id: str) -> types.InlineCompletionList:
+def inline_items(document, cursor: DocumentCursor, text: str, replace_after: int,
+                 item_id: str) -> types.InlineCompletionList:
     """The LSP answer: one item inserting `text` at the cursor over `replace_after` characters
     after it, whose command tells the server it was accepted."""
     end = document.client_position_at_offset(cursor.offset + replace_after) if replace_after else cursor.position

@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from lsp_server.answering.context import Cursor
+from lsp_server.answering.context import DocumentCursor
 from lsp_server.answering.typethrough import Shown, extends, type_through
 
 
@@ -33,14 +33,14 @@ class DecodeOn:
     on_screen: Shown | None = None  # what the client has at the answer's spot: the answer, or what it was told of since
     # A follower that answered empty, and whether its document has changed since: it is told
     # when its ghost text is there.
-    waiting: tuple[Cursor, Callable[[], bool]] | None = None
+    waiting: tuple[DocumentCursor, Callable[[], bool]] | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def stream(self, delta: str) -> None:
         """The engine's on_text, on the worker thread."""
         self.text += delta
 
-    def leads_to(self, cursor: Cursor) -> bool:
+    def leads_to(self, cursor: DocumentCursor) -> bool:
         """The user typed on from the answer's spot, and what they typed is what this decode
         wrote (it is ahead), or the start of its line so far (it is catching up), or it has
         written nothing yet (still reading the prompt: a new request would read the same)."""
@@ -59,7 +59,7 @@ class DecodeOn:
         return (kept is not None and self.on_screen is not None and (kept.prefix, kept.suffix) == (new.prefix, new.suffix)
                 and extends(self.on_screen, new))
 
-    def grew(self, kept: Shown | None, notify_ready: Callable[[Cursor], None]) -> None:
+    def grew(self, kept: Shown | None, notify_ready: Callable[[DocumentCursor], None]) -> None:
         """The kept answer changed, or the decode ended: followers waiting look again, and one
         that answered empty is told if its ghost text is there now."""
         self.changed.set()

@@ -4,7 +4,8 @@ It owns the backend (the local engine, loaded in the background on the single wo
 a remote inference server), the settings, the scheduler, telemetry and the type-through
 cache (its entries and rule: lsp_server/answering/typethrough.py), and turns an inline-completion
 request into LSP items: from what is kept, by following the decode going on, or by a model
-run (lsp_server/answering/model_runs.py). The backend is only ever touched from the worker thread.
+run (a `ModelRun`, lsp_server/answering/model_runs.py, which keeps its answer and decode here).
+The backend is only ever touched from the worker thread.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from engine.backends.base import Health
 from engine.errors import QuickdraftError
 from lsp_server.answering.anticipation import Anticipated, Anticipation, cursor_after_edit, is_keystroke
 from lsp_server.workspace.backends import describe_choice, open_backend
-from lsp_server.answering.context import Cursor, inline_items, locate, looks_binary
+from lsp_server.answering.context import DocumentCursor, inline_items, locate, looks_binary, staleness
 from lsp_server.answering.following import DecodeOn
 from lsp_server.workspace.gc_pauses import Collector
-from lsp_server.answering.model_runs import EMPTY, ModelRuns
+from lsp_server.answering.model_runs import (EMPTY, LOOP_ANSWER_MARGIN_S, MIN_TYPING_BUDGET_S, NEXT_KEY_MARGIN_S,
+                                             READY_NOTIFICATION, ModelRun)
 from lsp_server.answering.scheduler import Scheduler
 from lsp_server.workspace.settings import Settings, apply_client_settings
 from lsp_server.workspace.telemetry import RequestRecord, Telemetry
@@ -34,7 +36,7 @@ from lsp_server.answering.warming import MAX_WARM_CHARS, Warmer
 log = logging.getLogger(__name__)
 
 
-class CompletionService(ModelRuns):
+class CompletionService:
     def __init__(self, settings: Settings, notify: Callable[[str, dict], None], log_message: Callable[[str, int], None]):
         self.settings = settings
         self.notify = notify  # custom notifications to the client
@@ -65,14 +67,7 @@ class CompletionService(ModelRuns):
         self.notify("quickdraft/status", {"state": state, "message": message, "draftAcceptance": rate})
 
     @property
-    def engine(self):
-        """The local engine behind the backend; None for a remote server (tests and debugging)."""
-        return getattr(self.backend, "engine", None)
-
-    @property
     def drafter_mode(self) -> str:
-        if self.backend is not None and self.backend.kind == "remote":
-            return "server"  # the inference server drafts (or not) by its own configuration
         return self.backend.drafter_mode if self.backend is not None else self.settings.drafter
 
     def start_loading(self) -> None:
@@ -82,8 +77,7 @@ class CompletionService(ModelRuns):
     async def load_models(self) -> None:
         settings = self.settings
         if self.backend is not None and self.backend_key == settings.model_key():
-            if self.backend.kind == "local":
-                await self.scheduler.call(lambda: self.backend.set_drafter(settings.drafter))
+            await self.scheduler.call(lambda: self.backend.set_drafter(settings.drafter))
             return
         self.scheduler.cancel_all()
         self.status("loading", describe_choice(settings))
@@ -108,9 +102,8 @@ class CompletionService(ModelRuns):
             self.shown.clear()
             self.error = ""
             self.status("ready", f"ready: {self.backend.describe()}")
-            health = getattr(self.backend, "health", None)
-            if health is not None and health.state != "ready":
-                self.backend_health_changed(health)
+            if self.backend.health.state != "ready":
+                self.backend_health_changed(self.backend.health)
             self.warmer.engine_ready()
         except QuickdraftError as error:
             self.error = str(error)
@@ -171,13 +164,53 @@ class CompletionService(ModelRuns):
         if anticipated is not None:
             return await self.adopt(anticipated, started)
         if follows:
-            return await self.follow(decode_on, document, cursor, started, self.staleness(workspace, cursor))
+            return await self.follow(decode_on, document, cursor, started, staleness(workspace, cursor))
         return await self.run_model(workspace, document, cursor, started)
 
-    def items(self, document, cursor: Cursor, text: str, replace_after: int) -> types.InlineCompletionList:
+    async def run_model(self, workspace, document, cursor: DocumentCursor, started: float,
+                        anticipated: Anticipated | None = None) -> types.InlineCompletionList:
+        """Answer from a model run at `cursor`, made when the task awaiting it starts (not when an
+        edit schedules it): it reads the document and settings as they are then."""
+        return await ModelRun(self, workspace, document, cursor, started, anticipated).run()
+
+    async def adopt(self, anticipated: Anticipated, asked_at: float) -> types.InlineCompletionList:
+        """The request for an edit whose run started at the edit: its answer is the run's."""
+        if anticipated.asked_at is None:
+            anticipated.asked_at = asked_at
+        try:
+            return await asyncio.shield(anticipated.task)
+        except asyncio.CancelledError:
+            if anticipated.task.cancelled() and not asyncio.current_task().cancelling():
+                return EMPTY  # a newer edit withdrew the run before it answered (the client cancels this too)
+            raise
+
+    async def follow(self, decode_on: DecodeOn, document, cursor: DocumentCursor, started: float,
+                     is_stale) -> types.InlineCompletionList:
+        """The user typed what the decode going on is writing: wait for it, within the budget,
+        rather than cancel it and start over (lsp_server/answering/following.py)."""
+        until = started + self.settings.budget_ms / 1000 - LOOP_ANSWER_MARGIN_S
+        while (kept := type_through(self.shown.get(cursor.uri), cursor)) is None and await decode_on.wait(until):
+            pass
+        if kept is None and not decode_on.done:
+            decode_on.waiting = (cursor, is_stale)  # answered empty: told when its ghost text is there
+        self.record(started, cursor, "followed", text=kept.text if kept else "")
+        return self.items(document, cursor, kept.text, kept.replace_after) if kept else EMPTY
+
+    def budget_s(self, cursor: DocumentCursor, asked_at: float) -> float:
+        """The request's budget: the setting, or less when the user's typing rhythm says the next key,
+        which cancels the request, comes sooner: part of an answer shown beats a whole one dropped
+        (the decode goes on, and what it writes follows as ghost text)."""
+        budget = self.settings.budget_ms / 1000
+        next_key = self.anticipation.next_key(cursor.uri) if self.settings.answer_before_next_key else None
+        if next_key is None:
+            return budget
+        until_next_key = next_key - NEXT_KEY_MARGIN_S - asked_at
+        return budget if until_next_key < MIN_TYPING_BUDGET_S else min(budget, until_next_key)
+
+    def items(self, document, cursor: DocumentCursor, text: str, replace_after: int) -> types.InlineCompletionList:
         return inline_items(document, cursor, text, replace_after, f"qd-{next(self._ids)}") if text else EMPTY
 
-    def record(self, started: float, cursor: Cursor, source: str, *, result=None, text: str = "") -> None:
+    def record(self, started: float, cursor: DocumentCursor, source: str, *, result=None, text: str = "") -> None:
         record = RequestRecord(
             id=str(cursor.version), uri=cursor.uri, source=source,
             latency_ms=(time.monotonic() - started) * 1000, budget_ms=self.settings.budget_ms, text_chars=len(text),
@@ -185,6 +218,29 @@ class CompletionService(ModelRuns):
         if result is not None:
             record.add_result(result)
         self.telemetry.record(record)
+
+    def notify_ready(self, cursor: DocumentCursor) -> None:
+        self.telemetry.count("ready")
+        self.notify(READY_NOTIFICATION, {
+            "textDocument": {"uri": cursor.uri, "version": cursor.version},
+            "position": {"line": cursor.position.line, "character": cursor.position.character}})
+
+    def model_failed(self, error: Exception) -> None:
+        """A model run failed: a reason the user can act on is logged; any other failure is said
+        where the user looks (the status), and the server keeps serving."""
+        self.telemetry.count("errors")
+        if isinstance(error, QuickdraftError):
+            self.log_message(f"quickdraft: {error}", types.MessageType.Warning)
+            return
+        log.error("completion failed", exc_info=error)
+        self.error = f"completion failed: {type(error).__name__}: {error}"
+        self.send_status("error", self.error)
+
+    def model_worked(self) -> None:
+        """A model run answered: a failure the status showed is over."""
+        if self.error:
+            self.error = ""
+            self.send_status("ready", "ready: completions work again")
 
     def notify_progress(self, state: str) -> None:
         """busy while the engine works, ready after, with the live draft acceptance for status bars;
@@ -198,8 +254,9 @@ class CompletionService(ModelRuns):
             self.send_status(state, state)
 
     def maybe_retune(self) -> None:
-        if not self.settings.adaptive_drafting or self.backend is None or self.backend.kind != "local":
+        if not self.settings.adaptive_drafting or self.backend is None:
             return
+        # Only a draft model's mode is ever switched: never a remote server's ("server").
         decision = self.telemetry.retune(self.backend.drafter_mode)
         if decision is None:
             return
@@ -222,7 +279,7 @@ class CompletionService(ModelRuns):
         if previous is not None and not previous.task.done():
             previous.task.cancel()  # the user typed on: it goes on as a decode the next keys may follow
         if (document is None or not self.settings.anticipate or self.state != "ready" or self.backend is None
-                or self.backend.kind != "local" or not self.anticipation.client_asks(now)
+                or self.backend.shared or not self.anticipation.client_asks(now)
                 or not self.settings.language_enabled(document.language_id)
                 or len(document.source) > MAX_WARM_CHARS):  # generated or minified: not worth a run per key
             return

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from lsp_server.answering.context import Cursor
+from lsp_server.answering.context import DocumentCursor
 
 
 @dataclass
@@ -27,7 +27,7 @@ class Shown:
     show_after: int = 0
 
     @classmethod
-    def of(cls, cursor: Cursor, answer, complete: bool = False) -> "Shown":
+    def of(cls, cursor: DocumentCursor, answer, complete: bool = False) -> "Shown":
         """What an answer at the cursor keeps: its text, or the withheld text it holds."""
         held = answer.held
         if held is not None:
@@ -46,7 +46,7 @@ def extends(old: Shown, new: Shown) -> bool:
             and (new.show_after == 0 or not old.visible))
 
 
-def type_through(shown: Shown | None, cursor: Cursor) -> Shown | None:
+def type_through(shown: Shown | None, cursor: DocumentCursor) -> Shown | None:
     """When the user typed the start of the completion on screen, the rest is still right;
     at the very spot of a complete answer (a client asking again after the ready
     notification), all of it is. A withheld answer shows once its unsure start is typed."""

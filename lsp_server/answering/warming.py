@@ -37,7 +37,7 @@ from lsprotocol import types
 
 from engine.text.anchor import Anchor, typed_since
 from engine.errors import QuickdraftError
-from lsp_server.answering.context import Cursor, build_request, locate, looks_binary
+from lsp_server.answering.context import DocumentCursor, build_request, locate, looks_binary
 from lsp_server.workspace.documents import canonical_uri
 from lsp_server.wire.plain_data import plain_data
 from lsp_server.answering.scheduler import Superseded
@@ -215,7 +215,7 @@ class Warmer:
         self._task = asyncio.ensure_future(self._warm(spot, request, version, trigger, self._pending_flag))
         return self._task
 
-    def _typing_on(self, cursor: Cursor) -> bool:
+    def _typing_on(self, cursor: DocumentCursor) -> bool:
         """The cursor got here by typing on from the last completion, which is what the cache
         holds (as the engine's anchor sees it: the text typed since, an auto-closed bracket after it)."""
         shown = self.service.shown.get(cursor.uri)
@@ -224,7 +224,7 @@ class Warmer:
         anchor = Anchor(cursor.uri, shown.prefix, shown.suffix, [], [])
         return typed_since(anchor, cursor.uri, cursor.prefix, cursor.suffix) is not None
 
-    def _request(self, uri: str, position: types.Position) -> tuple[Cursor, int] | None:
+    def _request(self, uri: str, position: types.Position) -> tuple[DocumentCursor, int] | None:
         """(the cursor, the document version), or None when the document is unknown, switched
         off, huge or binary."""
         document = self.workspace.text_documents.get(uri) if self.workspace is not None else None

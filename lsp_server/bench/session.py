@@ -30,7 +30,7 @@ from engine.bench.common import load_average
 from engine.bench.corpus import Hole, body_holes, default_corpus, display_path, expand_paths
 from engine.text.sources import read_source
 from lsp_server.bench.session_report import environment, summarize, summarize_editors
-from lsp_server.bench.typist import RequestRecord, Typist
+from lsp_server.bench.typist import SentRequest, Typist
 from lsp_server.client import QuickdraftClient, position_after, serve_args, server_key
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ class SessionPrinter(Protocol):
 
     def hole(self, path: Path, hole: Hole) -> None: ...  # about to type this body
 
-    def answer(self, record: RequestRecord) -> None: ...  # answered; `record.server` is the server's record
+    def answer(self, record: SentRequest) -> None: ...  # answered; `record.server` is the server's record
 
 
 @dataclass
@@ -117,7 +117,7 @@ class SessionRun:
         self.drafter = drafter
         self.log_file = (out / f"server-{self.name}.log") if out else None
         self.client = QuickdraftClient("quickdraft-bench")
-        self.records: list[RequestRecord] = []
+        self.records: list[SentRequest] = []
         self.jumps: list[dict] = []  # {file, hole, jump_s}: when the cursor jumped to each body
         self.stats_tasks: list[asyncio.Task] = []
         self.typed_chars = 0
@@ -130,7 +130,7 @@ class SessionRun:
         self.warm_up_ms: float | None = None  # the first completion after loading, on a cold cache
         self.warm_up_server: dict | None = None  # the server's record of it
 
-    def print_answer(self, record: RequestRecord, uri: str) -> None:
+    def print_answer(self, record: SentRequest, uri: str) -> None:
         record.server = self.client.server_records.get(server_key(uri, record.version, kept=record.trigger == "ready"))
         self.printer.answer(record)
 

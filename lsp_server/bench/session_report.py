@@ -12,11 +12,11 @@ from engine.stats import percentile
 from engine.text.syntax import language_from
 
 
-class SessionRun(Protocol):
-    """What the report reads of a typing session (lsp_server/bench/session.py runs it)."""
+class ReportedSession(Protocol):
+    """What the report reads of a typing session (`SessionRun`, lsp_server/bench/session.py)."""
 
     name: str
-    records: list  # RequestRecord
+    records: list  # SentRequest
     jumps: list[dict]
     typed_chars: int
     budget_ms: float
@@ -25,12 +25,12 @@ class SessionRun(Protocol):
     final_stats: dict
 
 
-def summarize(run: SessionRun) -> dict:
+def summarize(run: ReportedSession) -> dict:
     return {"name": run.name, **figures(run, run.records, run.typed_chars),
             "by_language": by_language(run)}
 
 
-def figures(run: SessionRun, records: Sequence, typed_chars: int) -> dict:
+def figures(run: ReportedSession, records: Sequence, typed_chars: int) -> dict:
     answered = [r for r in records if r.status == "answered"]
     latencies = [r.latency_ms for r in answered if r.latency_ms is not None]
     model = [r for r in answered if (r.server or {}).get("source") == "model"]
@@ -91,7 +91,7 @@ def figures(run: SessionRun, records: Sequence, typed_chars: int) -> dict:
     }
 
 
-def by_language(run: SessionRun) -> dict:
+def by_language(run: ReportedSession) -> dict:
     """The same figures per language of the files typed (latency, keys shown, exact and parses of shown)."""
     languages: dict[str, list] = {}
     for _, _, holes in run.files:
@@ -143,7 +143,7 @@ def keys_on_screen(records, typed_chars: int) -> float | None:
     return round(right / typed_chars, 4) if typed_chars else None
 
 
-def first_ghost_text_after_jumps(run: SessionRun) -> list[float]:
+def first_ghost_text_after_jumps(run: ReportedSession) -> list[float]:
     """Per jump to a body, seconds until the first non-empty ghost text there (jumps that saw
     none before the user moved on are left out; `jumps` in the summary counts them all)."""
     times = []
@@ -156,7 +156,7 @@ def first_ghost_text_after_jumps(run: SessionRun) -> list[float]:
     return times
 
 
-def summarize_editors(runs: Sequence[SessionRun]) -> dict:
+def summarize_editors(runs: Sequence[ReportedSession]) -> dict:
     """Latency over every editor's requests together: what one shared server gives N users."""
     answered = [r for run in runs for r in run.records if r.status == "answered"]
     model = [r for r in answered if (r.server or {}).get("source") == "model"]

@@ -4,7 +4,7 @@ records every completion request it makes.
 Like VS Code, it asks for an automatic inline completion once the typing pauses for
 `debounce_ms`, cancels (`$/cancelRequest`) the request in flight when the next key arrives,
 and asks again after `quickdraft/completionReady` if the user is still at that spot. Each
-request becomes a RequestRecord; lsp_server/bench/session.py runs the typists, one body at a
+request becomes a SentRequest; lsp_server/bench/session.py runs the typists, one body at a
 time, and session_report.py turns their records into figures.
 """
 
@@ -24,7 +24,9 @@ from lsp_server.client import QuickdraftClient, position_after
 
 
 @dataclass
-class RequestRecord:
+class SentRequest:
+    """One request the typist sent, and what came back."""
+
     session: str
     file: str
     hole: int
@@ -72,14 +74,14 @@ class TypingSession(Protocol):
     name: str
     started: float  # time.monotonic() when the typing started
     budget_ms: float
-    records: list[RequestRecord]
+    records: list[SentRequest]
     jumps: list[dict]
     stats_tasks: list[asyncio.Task]
     typed_chars: int
     bar: Any  # the progress bar, or None
     printer: Any  # SessionPrinter, or None
 
-    def print_answer(self, record: RequestRecord, uri: str) -> None: ...
+    def print_answer(self, record: SentRequest, uri: str) -> None: ...
 
 
 class Typist:
@@ -91,7 +93,7 @@ class Typist:
         self.hole = hole
         self.hole_index = hole_index
         self.pending: asyncio.Task | None = None  # debounce timer + request in flight
-        self.in_flight: tuple[str, RequestRecord] | None = None
+        self.in_flight: tuple[str, SentRequest] | None = None
         self.at: tuple[int, types.Position, int] | None = None  # (version, cursor, characters typed) now
 
     def ready(self, uri: str, version: int, position: types.Position) -> None:
@@ -123,7 +125,7 @@ class Typist:
         session = self.session
         before = self.hole.prefix + self.hole.middle[:typed]
         position = position_after(before)
-        record = RequestRecord(
+        record = SentRequest(
             session=session.name, file=self.hole.path, hole=self.hole_index, version=version, line=position.line,
             character=position.character, typed=typed, sent_s=round(time.monotonic() - session.started, 3),
             trigger=trigger, expected=self.hole.middle[typed:],

@@ -17,7 +17,7 @@ from engine.bench.figures import first_difference, positions_matching
 from engine.drafters.config import DrafterConfig
 from lsp_server.bench.session import SessionBenchConfig, pick_files, session_holes
 from lsp_server.bench.session_report import keys_on_screen, language_table, parses
-from lsp_server.bench.typist import RequestRecord, judge
+from lsp_server.bench.typist import SentRequest, judge
 from lsp_server.cli import main as cli_main
 
 ENGINE_MODES = ("hf-greedy", "hf-assisted", "hf-prompt-lookup", "quickdraft-lookup", "quickdraft-draft",
@@ -77,8 +77,8 @@ def test_judge_exact_match_and_accepted_characters():
 
 
 def test_keys_on_screen_counts_the_keys_the_last_answer_before_them_had_right():
-    def record(typed: int, shown: str, status: str = "answered") -> RequestRecord:
-        return RequestRecord(session="s", file="f.py", hole=0, version=typed + 2, line=0, character=typed, typed=typed,
+    def record(typed: int, shown: str, status: str = "answered") -> SentRequest:
+        return SentRequest(session="s", file="f.py", hole=0, version=typed + 2, line=0, character=typed, typed=typed,
                              sent_s=0.0, status=status, shown=shown, expected="abcd"[typed:])
     records = [record(0, "ab"),  # "a" was on screen
                record(1, "xx"), record(1, "bcd"),  # the last answer before "b" (a ready re-ask) had it
@@ -96,8 +96,8 @@ def test_parses_judges_the_file_with_the_shown_completion_taken_against_the_user
     block = Hole("b.js", "body", 1, 2, "function f(x) {\n  ", "if (x) {\n    return 1;\n  }", "\n}\n")
     holes = {("m.py", 0): hole, ("m.js", 0): js, ("b.js", 0): block}
 
-    def record(typed: int, shown: str, file: str = "m.py", replace_chars: int = 0) -> RequestRecord:
-        return RequestRecord(session="s", file=file, hole=0, version=2, line=1, character=4, typed=typed, sent_s=0.0,
+    def record(typed: int, shown: str, file: str = "m.py", replace_chars: int = 0) -> SentRequest:
+        return SentRequest(session="s", file=file, hole=0, version=2, line=1, character=4, typed=typed, sent_s=0.0,
                              status="answered", shown=shown, replace_chars=replace_chars)
     assert parses(holes, record(0, "y = x + 1\n    return y"))
     assert parses(holes, record(4, "x + 1"))  # typed "y = ": the file does not compile until the line is done

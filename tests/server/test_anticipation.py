@@ -144,7 +144,7 @@ async def test_an_edit_starts_the_run_that_its_request_then_adopts(services):
     await complete(quick, editor, URI, LINE, CHARACTER)  # the client asks automatically
     expected = await patient_answer(patient_service, patient_editor, URI, LINE, CHARACTER + 1,
                                     edit=(LINE, CHARACTER, "\x7f"))
-    results, gate = Results(quick.engine), Gate(quick.engine)
+    results, gate = Results(quick.backend.engine), Gate(quick.backend.engine)
     try:
         edit(quick, editor, LINE, CHARACTER, "\x7f")  # nothing the last answer says
         await until(gate.entered.is_set, "the run started at the edit to be in a forward")
@@ -163,7 +163,7 @@ async def test_an_edit_starts_the_run_that_its_request_then_adopts(services):
 async def test_no_run_starts_for_a_client_that_does_not_ask_automatically_or_with_anticipate_off(services):
     (quick, editor), _ = services
     patient(quick)
-    results = Results(quick.engine)
+    results = Results(quick.backend.engine)
     editor.open(URI, TEXT)
     edit(quick, editor, LINE, CHARACTER, "a")  # no request yet: the client may never ask
     await quick.complete(editor.workspace, invoked(URI, LINE, CHARACTER + 1))  # an explicit trigger
@@ -185,7 +185,7 @@ async def test_the_next_edit_withdraws_an_unanswered_run_and_a_key_it_leads_to_f
     [expected] = await patient_answer(patient_service, patient_editor, URI, LINE, CHARACTER + 1,
                                       edit=(LINE, CHARACTER, "\x7f"))
     assert len(expected) > 1 and "\n" not in expected[0]
-    results, gate = Results(quick.engine), Gate(quick.engine)
+    results, gate = Results(quick.backend.engine), Gate(quick.backend.engine)
     try:
         edit(quick, editor, LINE, CHARACTER, "\x7f")
         await until(gate.entered.is_set, "the run started at the edit to be in a forward")
@@ -210,7 +210,7 @@ async def test_fifty_edits_a_second_keep_one_run_and_leave_the_service_answering
     patient(quick)
     editor.open(URI, TEXT)
     await complete(quick, editor, URI, LINE, CHARACTER)
-    results = Results(quick.engine)
+    results = Results(quick.backend.engine)
     requests = quick.telemetry.counts["requests"]
     character = CHARACTER
     for i in range(50):
@@ -238,7 +238,7 @@ async def test_closing_the_document_during_a_run_leaves_nothing_behind(services)
     patient(quick)
     editor.open(URI, TEXT)
     await complete(quick, editor, URI, LINE, CHARACTER)
-    results, gate = Results(quick.engine), Gate(quick.engine)
+    results, gate = Results(quick.backend.engine), Gate(quick.backend.engine)
     try:
         edit(quick, editor, LINE, CHARACTER, "\x7f")
         await until(gate.entered.is_set, "the run started at the edit to be in a forward")
@@ -263,7 +263,7 @@ async def test_a_request_answers_before_the_next_key_is_due_and_its_ghost_text_f
     quick.configure({"anticipate": False})  # the request's own run, cut by the rhythm
     expected = await patient_answer(patient_service, patient_editor, URI, LINE, CHARACTER)
     editor.open(URI, TEXT)
-    gate = Gate(quick.engine)
+    gate = Gate(quick.backend.engine)
     gap = 0.2
     try:
         quick.anticipation.key_gaps.extend([gap] * MIN_RHYTHM_SAMPLES)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import threading
 
-from lsp_server.answering.context import Cursor
+from lsp_server.answering.context import DocumentCursor
 from lsp_server.answering.following import DecodeOn
 
 URI = "file:///project/calc.py"
 
 
-def cursor(prefix: str, suffix: str = "\n") -> Cursor:
-    return Cursor(uri=URI, version=2, language_id="python", offset=len(prefix), prefix=prefix, suffix=suffix, position=None)
+def cursor(prefix: str, suffix: str = "\n") -> DocumentCursor:
+    return DocumentCursor(uri=URI, version=2, language_id="python", offset=len(prefix), prefix=prefix, suffix=suffix,
+                          position=None)
 
 
 def decode(text: str) -> DecodeOn:

@@ -24,8 +24,8 @@ async def test_loaded_models_are_frozen_replaced_ones_freed_and_pauses_measured(
     service = make_service(editor, verifier=str(tiny_model_dir))
     try:
         await service.load_models()
-        model = service.engine.verifier.model
-        assert gc.get_freeze_count() > 0 and not tracked(model) and not tracked(service.engine)
+        model = service.backend.engine.verifier.model
+        assert gc.get_freeze_count() > 0 and not tracked(model) and not tracked(service.backend.engine)
 
         gc.collect()  # a full collection while the models serve is measured
         collector = service.stats()["collector"]
@@ -33,12 +33,12 @@ async def test_loaded_models_are_frozen_replaced_ones_freed_and_pauses_measured(
 
         # Other models: the old ones are thawed and freed, the new ones frozen. A reference cycle
         # (hooks and backends make them) is freed only by a collection, which a frozen one never sees.
-        service.engine.itself = service.engine
-        old = weakref.ref(service.engine)
+        service.backend.engine.itself = service.backend.engine
+        old = weakref.ref(service.backend.engine)
         service.configure({"verifier": str(tiny_draft_dir)})
         await service._load_task
         gc.collect()
-        assert old() is None and service.engine is not None and not tracked(service.engine)
+        assert old() is None and service.backend.engine is not None and not tracked(service.backend.engine)
     finally:
         service.shutdown()
     assert gc.get_freeze_count() == 0  # nothing stays frozen for a service that has ended

@@ -175,9 +175,9 @@ async def test_a_model_that_fails_to_load_is_reported_and_nothing_is_answered(ed
 
 
 async def test_a_budget_change_keeps_the_models_and_a_drafter_change_reuses_them(service, editor):
-    engine = service.engine
+    engine = service.backend.engine
     service.configure({"prefixTokens": 64})
-    assert service.engine is engine and engine.context_budget.prefix_tokens == 64
+    assert service.backend.engine is engine and engine.context_budget.prefix_tokens == 64
     service.configure({"drafter": "none"})
     await service._load_task
-    assert service.engine is engine and engine.drafter_mode == "none"
+    assert service.backend.engine is engine and engine.drafter_mode == "none"

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from lsp_server.answering.context import Cursor
+from lsp_server.answering.context import DocumentCursor
 from lsp_server.answering.typethrough import Shown, extends, type_through
 
 URI = "file:///project/calc.py"
 
 
-def cursor(prefix: str, suffix: str = "\n") -> Cursor:
-    return Cursor(uri=URI, version=1, language_id="python", offset=len(prefix), prefix=prefix, suffix=suffix, position=None)
+def cursor(prefix: str, suffix: str = "\n") -> DocumentCursor:
+    return DocumentCursor(uri=URI, version=1, language_id="python", offset=len(prefix), prefix=prefix, suffix=suffix,
+                          position=None)
 
 
 def test_a_withheld_answer_shows_once_its_unsure_start_is_typed():

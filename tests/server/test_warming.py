@@ -221,7 +221,7 @@ async def test_no_warm_before_the_models_are_ready_then_one_when_they_are(sessio
     session.open()
     session.move(DEEP)
     await settle()
-    assert not session.warms() and len(service.engine.decoder.kv) == 0
+    assert not session.warms() and len(service.backend.engine.decoder.kv) == 0
     service.state = "ready"
     service.warmer.engine_ready()
     warmed, = await session.wait_warms(1)
@@ -260,7 +260,7 @@ async def test_switched_off_binary_and_huge_documents_are_not_warmed(session):
         session.move(types.Position(line=0, character=2), uri=f"file:///w/{name}")
         await settle()
     assert not session.warms() and service.warmer.counts["skipped"] == 2
-    assert len(service.engine.decoder.kv) == 0
+    assert len(service.backend.engine.decoder.kv) == 0
 
 
 async def test_malformed_cursor_notifications_are_ignored(session):
@@ -305,7 +305,7 @@ class LayerLog:
 async def test_a_real_request_waits_for_at_most_one_layer_of_a_warm(session):
     session.open()
     await session.wait_warms(1)
-    log = LayerLog(session.service.engine, seconds=0.05)
+    log = LayerLog(session.service.backend.engine, seconds=0.05)
     try:
         session.move(DEEP)
         await until(lambda: log.events.count("layer") >= 3, "the warm to be a few layers in")
@@ -328,7 +328,7 @@ async def test_a_cancelled_warm_leaves_the_cache_exact(session, verifier, where)
     session.open()
     await session.wait_warms(1)
     target = DEEP if where == "same spot" else types.Position(line=300, character=4)
-    log = LayerLog(session.service.engine, seconds=0.02)
+    log = LayerLog(session.service.backend.engine, seconds=0.02)
     try:
         session.move(DEEP)
         await until(lambda: log.events.count("layer") >= 3, "the warm to be a few layers in")
@@ -337,7 +337,7 @@ async def test_a_cancelled_warm_leaves_the_cache_exact(session, verifier, where)
         log.remove()
     assert session.warms(line=DEEP.line)[0].outcome == ("warmed" if where == "same spot" else "cancelled")
     assert session.service.warmer.counts["joined"] == (where == "same spot")
-    kv = session.service.engine.decoder.kv
+    kv = session.service.backend.engine.decoder.kv
     assert all(layer.keys.shape[-2] == len(kv) for layer in kv.cache.layers if layer.is_initialized)
 
     reference = new_engine(verifier)
