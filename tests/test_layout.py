@@ -193,13 +193,14 @@ def test_the_shared_name_finder_finds_one(tmp_path):
 
 
 def kind_comparisons(tree: ast.AST) -> list[str]:
-    """Comparisons that read a `.kind`, as source text; the heads command's own `--kind` option
-    (`args.kind`) is no backend's."""
+    """Comparisons that read a backend's `.kind` (`backend.kind`, `self.backend.kind`, ...), as source
+    text; other things' kinds (the heads command's `--kind`, a setting's type) are not asked here."""
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare):
             operands = [node.left, *node.comparators]
-            if any(isinstance(o, ast.Attribute) and o.attr == "kind" and ast.unparse(o.value) != "args" for o in operands):
+            if any(isinstance(o, ast.Attribute) and o.attr == "kind" and ast.unparse(o.value).split(".")[-1] == "backend"
+                   for o in operands):
                 found.append(ast.unparse(node))
     return found
 
@@ -212,5 +213,5 @@ def test_the_server_never_asks_which_backend_it_holds():
 
 
 def test_the_kind_finder_finds_one():
-    source = "if self.backend.kind != 'local' or args.kind == 'feature':\n    pass\n"
+    source = "if self.backend.kind != 'local' or args.kind == 'feature' or spec.kind is bool:\n    pass\n"
     assert kind_comparisons(ast.parse(source)) == ["self.backend.kind != 'local'"]
