@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 QD     := $(VENV)/bin/quickdraft
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup models clients vsix llama-server demo test test-fast clean
+.PHONY: setup models clients vsix llama-server demo lint test test-fast clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -36,10 +36,14 @@ demo: setup
 	$(QD) models pull
 	$(QD) demo
 
-test: models clients llama-server
+# The linter (ruff, configured in pyproject.toml) runs first: a lint error fails the tests.
+lint: setup
+	$(VENV)/bin/ruff check .
+
+test: lint models clients llama-server
 	$(PY) -m pytest -q -p no:cacheprovider
 
-test-fast: setup llama-server
+test-fast: lint llama-server
 	$(PY) -m pytest -q -m "not real_model and not editor"
 
 clean:

@@ -35,7 +35,7 @@ def check_url(url: str) -> tuple[str, bool]:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise BackendError(f"backend URL {url!r} is not an http(s) URL: expected e.g. http://127.0.0.1:8080")
     try:
-        parts.port
+        parts.port  # noqa: B018 -- reading it is the check: a port out of range raises
     except ValueError:
         raise BackendError(f"backend URL {url!r} has an invalid port") from None
     loopback = is_loopback(parts.hostname)

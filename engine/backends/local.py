@@ -22,7 +22,7 @@ class LocalBackend:
     def load(cls, verifier: str | None, draft: str | None, *, drafter: str, dtype: str | None = None,
              device: str | None = None) -> "LocalBackend":
         engine = CompletionEngine.load(verifier, draft, drafter=drafter, dtype=dtype, device=device)
-        engine.template  # a model without fill-in-the-middle tokens fails here, with the reason
+        engine.template  # noqa: B018 -- a model without fill-in-the-middle tokens fails here, with the reason
         return cls(engine)
 
     def complete(self, request: CompletionRequest, cancel: threading.Event | None = None,

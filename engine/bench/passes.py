@@ -26,6 +26,7 @@ import logging
 import statistics
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable
 
 import torch
@@ -147,7 +148,7 @@ def measure_passes(name: str, model, config: PassesBenchConfig, timer: Timer, rn
         for path, cache in by_path.items():
             for chunk in (None, PREFILL_CHUNK):
                 cache.crop(0)
-                prefill_ms[path, chunk] = timer(lambda: cache.prefill(prompt, chunk=chunk))
+                prefill_ms[path, chunk] = timer(partial(cache.prefill, prompt, chunk=chunk))
         for chunk in (None, PREFILL_CHUNK):
             prefills.append({"model": name, "context": context, "chunk": chunk or context,
                              "eager_tokens_per_s": context / prefill_ms["eager", chunk] * 1000,
@@ -159,7 +160,7 @@ def measure_passes(name: str, model, config: PassesBenchConfig, timer: Timer, rn
                 for path, implementation in attention.items():
                     cache = by_path["eager" if path == "decode" else path]
                     with attention_implementation(model, implementation):
-                        elapsed = timer(lambda: cache.forward(fed))
+                        elapsed = timer(partial(cache.forward, fed))
                     cache.crop(context)
                     if repeat >= 2:
                         times[path].append(elapsed)
@@ -169,7 +170,7 @@ def measure_passes(name: str, model, config: PassesBenchConfig, timer: Timer, rn
         steps = {path: [] for path in by_path}
         for repeat in range(config.repeats + 2):
             for path, cache in by_path.items():
-                elapsed = timer(lambda: _draft_step(cache, random_tokens(model, 1, rng)))
+                elapsed = timer(partial(_draft_step, cache, random_tokens(model, 1, rng)))
                 cache.crop(context)
                 if repeat >= 2:
                     steps[path].append(elapsed)

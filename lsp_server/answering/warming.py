@@ -17,9 +17,10 @@ window while the user reads or moves:
 A warm is a background job on the engine's worker: a request elsewhere cancels it
 between two decoder layers, keeping the prefill chunks it finished, so that request
 feeds only the rest; a request on the warm's own line joins it instead (queues behind
-it, answering at its deadline if the warm is still going, then ghost text follows). It runs the backend's `warm` on the very request a completion at the
-cursor would make (which also sets the typing anchor), so it never feeds anything the next
-request at that spot would not feed itself. There is one KV cache, so there is one warm
+it, answering at its deadline if the warm is still going, then ghost text follows). It runs
+the backend's `warm` on the very request a completion at the cursor would make (which also
+sets the typing anchor), so it never feeds anything the next request at that spot would not
+feed itself. There is one KV cache, so there is one warm
 at a time: a newer one supersedes the older.
 """
 

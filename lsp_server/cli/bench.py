@@ -1,4 +1,5 @@
-"""`quickdraft bench engine | session | first-completion | passes | quality | crossfile`: the headless benchmarks (see docs/benchmarks.md).
+"""`quickdraft bench engine | session | first-completion | passes | quality | crossfile`: the headless
+benchmarks (see docs/benchmarks.md).
 
 engine  — decoding speed at equal output: HF generate (greedy, assisted, prompt lookup) vs
           quickdraft's drafters on the same FIM prompts (engine/bench/).
@@ -43,8 +44,8 @@ def add_parsers(sub) -> None:
     engine.add_argument("--holes", type=int, help="FIM prompts (default 6; --quick 3)")
     engine.add_argument("--max-new-tokens", type=int, help="tokens per completion (default 64; --quick 32)")
     engine.add_argument("--modes", help="comma-separated; default: hf-greedy,hf-assisted,hf-prompt-lookup,"
-                                        "quickdraft-lookup,quickdraft-draft,quickdraft-hybrid (also: quickdraft-none, token trees "
-                                        "quickdraft-lookup-tree,-draft-tree,-hybrid-tree, quickdraft-medusa and quickdraft-feature)")
+                        "quickdraft-lookup,quickdraft-draft,quickdraft-hybrid (also: quickdraft-none, token trees "
+                        "quickdraft-lookup-tree,-draft-tree,-hybrid-tree, quickdraft-medusa and quickdraft-feature)")
     engine.add_argument("--device", help="cpu | cuda | cuda:N (default: cuda when available)")
     engine.add_argument("--repeats", type=int, default=1, help="runs per prompt and mode; the median time counts")
     engine.add_argument("--no-warmup", action="store_true", help="skip the warm-up round")
@@ -88,7 +89,8 @@ def add_parsers(sub) -> None:
     session.add_argument("--no-adaptive-drafting", action="store_true",
                          help="keep the chosen drafter all session (the server may otherwise switch to lookup)")
     remote = session.add_argument_group("a shared inference server (docs/teams.md)")
-    remote.add_argument("--backend", metavar="URL", help="complete from this OpenAI-compatible server (quickdraft serve --backend)")
+    remote.add_argument("--backend", metavar="URL",
+                        help="complete from this OpenAI-compatible server (quickdraft serve --backend)")
     remote.add_argument("--backend-model", metavar="NAME", help="the model name it serves")
     remote.add_argument("--backend-tokenizer", metavar="SPEC", help="the model's tokenizer here (preset, directory, .gguf)")
     session.add_argument("--settings", type=json.loads, metavar="JSON",

@@ -112,7 +112,7 @@ def split_at(text: str, line: int, character: int) -> tuple[str, str]:
         raise QuickdraftError(f"line {line} is outside the file (it has {len(lines)} lines, counted from 0)")
     if not 0 <= character <= len(lines[line]):
         raise QuickdraftError(f"character {character} is past the end of line {line} ({len(lines[line])} characters)")
-    offset = sum(len(l) + 1 for l in lines[:line]) + character
+    offset = sum(len(above) + 1 for above in lines[:line]) + character
     return text[:offset], text[offset:]
 
 

@@ -25,7 +25,8 @@ def add_parsers(sub) -> None:
     train.add_argument("--kind", choices=("medusa", "feature"), default="medusa",
                        help="medusa: K independent heads; feature: one EAGLE-style head run step after step (default medusa)")
     train.add_argument("--heads", type=int, default=4,
-                       help="number of heads: tokens t+2 … t+K+1 (default 4); for --kind feature, the depth of its training chains")
+                       help="number of heads: tokens t+2 … t+K+1 (default 4); "
+                            "for --kind feature, the depth of its training chains")
     train.add_argument("--steps", type=int, help="training steps (default 600; --kind feature 1500)")
     train.add_argument("--max-tokens", type=int,
                        help="corpus tokens the model reads, a tenth held out (default 48000; --kind feature 120000; "

@@ -126,7 +126,7 @@ def test_quick_run_at_a_budget_records_confidences_and_the_gate_curve(tiny_model
         assert (answer["confidence"] is None) == answer["empty"]
         assert answer["confidence"] is None or 0 < answer["confidence"]["min"] <= answer["confidence"]["mean"] <= 1
         assert 0 <= answer["accepted_chars"] <= len(answer["shown"]) and record["results"]["raw"]["confidence"] is None
-    for statistic, entry in result["gate"]["quickdraft @5000ms"].items():
+    for entry in result["gate"]["quickdraft @5000ms"].values():
         rows = entry["rows"]["all"]
         assert rows[0]["threshold"] == 0 and rows[0]["shown"] == 1 - result["summary"]["quickdraft @5000ms"]["all"]["empty"]
         assert [r["shown"] for r in rows] == sorted((r["shown"] for r in rows), reverse=True)  # a gate only withholds

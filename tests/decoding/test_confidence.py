@@ -98,7 +98,7 @@ def test_a_withheld_answer_shows_after_its_unsure_start_is_typed():
     assert judged.confidence().mean < 0.6  # the start drags the whole below the gate
     assert judged.show_after(0.6, len(result.text)) == 1  # typed "f", the rest is sure
     assert judged.show_after(0.95, len(result.text)) is None  # nothing left would pass
-    assert Judged((0, 1), (math.log(0.1), math.log(0.9)), typed_alike=0).show_after(0.6, 2) is None  # the shown text differs at once
+    assert Judged((0, 1), (math.log(0.1), math.log(0.9)), typed_alike=0).show_after(0.6, 2) is None  # differs at once
     # The gate keeps the text and where it may show; the answer itself shows nothing.
     completion = Gated("for x in y:", 2, judged.confidence())
     withheld = gate(completion, 0.6, judged)

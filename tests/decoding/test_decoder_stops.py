@@ -6,7 +6,6 @@ import threading
 import time
 
 import pytest
-import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from engine.decoding.decoder import GenerationConfig, SpeculativeDecoder

@@ -44,7 +44,10 @@ def random_tree(rng: random.Random, truth: list[int], kind: str, vocab: int) -> 
 CACHES = {"dynamic": KVCache, "static": lambda model: StaticKVCache(model, mode="eager", capacity=64)}
 
 
-def tree_decode(verifier, prompt: list[int], max_new: int, make_tree, params=SamplingParams(), generator=None,
+GREEDY = SamplingParams()
+
+
+def tree_decode(verifier, prompt: list[int], max_new: int, make_tree, params=GREEDY, generator=None,
                 uncached: int = 1, cache: str = "dynamic"):
     """The speculative loop with a tree per pass (the decoder's tree path, spelled out): the first
     pass feeds the prompt's last `uncached` tokens with the tree, later ones the last token."""

@@ -4,7 +4,6 @@ find more than chains."""
 from __future__ import annotations
 
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -239,7 +239,8 @@ def test_installed_the_way_a_plugin_manager_does_it(editor, quickdraft_bin):
 
 def test_control_characters_are_displayed_as_caret_notation(editor):
     tabstop = editor.nv.eval("&tabstop")
-    assert editor.lua("return require('quickdraft.ghost').display(...)", "a\x00b\x07c\x7f\td") == "a^@b^Gc^?" + " " * tabstop + "d"
+    shown = editor.lua("return require('quickdraft.ghost').display(...)", "a\x00b\x07c\x7f\td")
+    assert shown == "a^@b^Gc^?" + " " * tabstop + "d"
 
 
 def test_highlight_group_links_to_comment(editor):

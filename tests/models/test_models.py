@@ -200,7 +200,8 @@ def _greedy(loaded: LoadedModel, prompt: str, max_new_tokens: int) -> str:
 SNIPPETS = [
     ('def add(a, b):\n    """Return the sum of a and b."""\n    return', ["a + b"]),
     ('def is_even(n):\n    """Return True if n is even."""\n    return', ["n % 2 == 0"]),
-    ('def factorial(n):\n    """Return n factorial."""\n    if n == 0:\n        return 1\n    return', ["factorial(n - 1)", "factorial(n-1)"]),
+    ('def factorial(n):\n    """Return n factorial."""\n    if n == 0:\n        return 1\n    return',
+     ["factorial(n - 1)", "factorial(n-1)"]),
     ("function square(x) {\n  // returns x squared\n  return", ["x * x", "x**2", "x ** 2", "Math.pow(x, 2)"]),
 ]
 

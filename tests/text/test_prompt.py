@@ -85,7 +85,8 @@ def test_control_strings_in_user_text_stay_text(toy, special):
     control = {t.prefix_token, t.suffix_token, t.middle_token, *t.stop_tokens}
     control |= {x for x in (t.repo_name_token, t.file_sep_token) if x}
     counts = {c: p.token_ids.count(tok.convert_tokens_to_ids(c)) for c in control}
-    rendered = t.segments(NASTY, NASTY, path="m.py", other_documents=[("o.py", NASTY)] if t.has_repo_format or t.family in ("deepseek-coder", "codellama") else [])
+    takes_others = t.has_repo_format or t.family in ("deepseek-coder", "codellama")
+    rendered = t.segments(NASTY, NASTY, path="m.py", other_documents=[("o.py", NASTY)] if takes_others else [])
     expected = {c: sum(1 for s in rendered if s.special and s.token == c) for c in control}
     assert counts == expected
     for stream in p.token_streams:
