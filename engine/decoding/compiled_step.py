@@ -28,7 +28,7 @@ import torch
 
 from engine.decoding import cuda_graphs
 from engine.decoding.kv import KVCache, PassCancelled, ShouldStop
-from engine.decoding.kv_static import BUCKETS, DEFAULT_CAPACITY
+from engine.decoding.kv_static import BUCKETS, DEFAULT_CAPACITY, grown_capacity
 from engine.models.qwen2_static import StaticQwen2
 
 log = logging.getLogger(__name__)
@@ -139,14 +139,8 @@ class CompiledKVCache(KVCache):
 
     def _ensure_capacity(self, live: int) -> None:
         """Keep `live` positions plus a bucket's worth of padding in the buffers (grown: graphs recompile)."""
-        needed = live + BUCKETS[-1]
-        if needed <= self.capacity:
-            return
-        if live > self.max_positions:
-            raise ValueError(f"{live} tokens exceed the model's {self.max_positions}-token context")
-        capacity = self.capacity
-        while capacity < needed:
-            capacity *= 2
-        log.info("compiled-step KV cache grows from %d to %d positions (its graphs compile again)",
-                 self.capacity, capacity)
-        self.step.allocate(min(capacity, self.max_positions + BUCKETS[-1]))
+        capacity = grown_capacity(self.capacity, live, self.max_positions)
+        if capacity is not None:
+            log.info("compiled-step KV cache grows from %d to %d positions (its graphs compile again)",
+                     self.capacity, capacity)
+            self.step.allocate(capacity)

@@ -41,6 +41,19 @@ DEFAULT_CAPACITY = 4096  # positions preallocated; grows (and recaptures) when a
 MODES = ("eager", "bucketed", "graphs")
 
 
+
+def grown_capacity(capacity: int, live: int, max_positions: int) -> int | None:
+    """The capacity (doubled as often as needed) that holds `live` positions plus a bucket's worth of
+    scratch, or None when `capacity` already does."""
+    needed = live + BUCKETS[-1]
+    if needed <= capacity:
+        return None
+    if live > max_positions:
+        raise ValueError(f"{live} tokens exceed the model's {max_positions}-token context")
+    while capacity < needed:
+        capacity *= 2
+    return min(capacity, max_positions + BUCKETS[-1])
+
 class _PositionedLayer(CacheLayerMixin):
     """One layer's preallocated keys and values, written where `store.write_positions` says."""
 
@@ -233,17 +246,10 @@ class StaticKVCache(KVCache):
 
     def _ensure_capacity(self, live: int) -> None:
         """Keep `live` positions plus a bucket's worth of scratch (padding, capture) in the buffers."""
-        needed = live + BUCKETS[-1]
-        if needed <= self.capacity:
-            return
-        if live > self.max_positions:
-            raise ValueError(f"{live} tokens exceed the model's {self.max_positions}-token context")
-        capacity = self.capacity
-        while capacity < needed:
-            capacity *= 2
-        log.info("static KV cache grows from %d to %d positions (graphs are captured again)",
-                 self.capacity, capacity)
-        self._allocate(min(capacity, self.max_positions + BUCKETS[-1]))
+        capacity = grown_capacity(self.capacity, live, self.max_positions)
+        if capacity is not None:
+            log.info("static KV cache grows from %d to %d positions (graphs are captured again)", self.capacity, capacity)
+            self._allocate(capacity)
 
     def _allocate(self, capacity: int) -> None:
         """(Re)allocate every layer's buffers, keeping the live positions; drops captured graphs."""
