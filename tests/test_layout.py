@@ -150,7 +150,8 @@ def source_files() -> list[Path]:
 
 
 def test_no_source_file_is_over_400_lines():
-    long = {str(path.relative_to(ROOT)): n for path in source_files()
+    # The tests too: a test file that long holds two subjects.
+    long = {str(path.relative_to(ROOT)): n for path in [*source_files(), *(ROOT / "tests").rglob("*.py")]
             if (n := len(path.read_text().splitlines())) > 400}
     assert source_files() and long == {}
 
