@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 VERSION = "0.1.0"
 
 
+# Long by design: pygls registers each handler as a function over the server, so all of them (a few
+# lines each, calling the service) are declared here, together.
 def create_server(settings: Settings, service: CompletionService | None = None) -> LanguageServer:
     """A server for one client session. A TCP server passes the service (and its loaded
     models) on from one client to the next, starting each from the launch settings."""

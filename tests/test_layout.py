@@ -156,6 +156,19 @@ def test_no_source_file_is_over_400_lines():
     assert source_files() and long == {}
 
 
+
+def test_a_function_over_60_lines_says_why_in_a_comment_above_it():
+    unexplained = []
+    for name, path in modules().items():
+        lines = path.read_text().splitlines()
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
+                above = lines[first - 1].strip() if first > 0 else ""
+                if not (above.startswith("#") and "Long" in "\n".join(lines[max(0, first - 3):first])):
+                    unexplained.append(f"{name}.{node.name}")
+    assert unexplained == []
+
 def test_the_cursor_context_alone_works_out_what_holds_at_the_cursor():
     # engine/text/cursor.py derives the cursor line's parts and the syntax window; nothing else does.
     derivers = {"current_line_parts", "window_start", "window_end", "decide_multiline"}

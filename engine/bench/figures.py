@@ -37,6 +37,7 @@ def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+# Long: one dict per mode whose fields are the report's columns, each a sum or ratio over the same runs.
 def summarize(runs: Sequence[Run], modes: Sequence[str], n_prompts: int) -> list[dict]:
     """Per-mode figures; ratios are per prompt against hf-greedy, then the median."""
     by_mode = {m: {r.prompt: r for r in runs if r.mode == m} for m in modes}

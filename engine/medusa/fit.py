@@ -32,6 +32,8 @@ def _progress(**kwargs):
     return tqdm(disable=None, dynamic_ncols=True, **kwargs)  # bars on a terminal only
 
 
+# Long: one training run's steps in order (is it done already, read the corpus, train, save), sharing
+# the folder, settings and windows; split, each piece would take them all as arguments.
 def fit_heads(model, tokenizer, model_name: str, *, corpus: Sequence[str | Path] = (),
               config: TrainConfig | None = None, home: Path | None = None, fresh: bool = False,
               kind: str = "medusa") -> tuple[Path, dict, bool]:

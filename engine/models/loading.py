@@ -173,22 +173,10 @@ def resolve_model_spec(spec: str | None, role: Role = "verifier") -> str:
 # ----------------------------------------------------------------------------- loading
 
 
-def load_model(
-    spec: str | None,
-    *,
-    dtype: str | torch.dtype | None = None,
-    device: str | torch.device | None = None,
-    role: Role = "verifier",
-) -> LoadedModel:
-    """Load a causal LM and its tokenizer, in eval mode on `device` (default: CUDA if present, else CPU)."""
-    started = time.perf_counter()
-    name = presets.PAIRS[spec or "default"][role] if spec is None or spec in presets.PAIRS else spec
-    target = resolve_model_spec(spec, role)
-    torch_device = parse_device(device)
-    torch_dtype, int8 = parse_precision(dtype, torch_device)
+def _locate(target: str, role: Role) -> tuple[str, Path | None, Path | None]:
+    """Where the model is: (what from_pretrained reads, the local path if any, the .gguf file if any)."""
     path = Path(target)
     gguf_file: Path | None = None
-
     if path.exists():
         if path.is_file():
             if path.suffix != ".gguf":
@@ -210,7 +198,23 @@ def load_model(
                 f"{presets.PAIRS['default'][role]}"
             )
         source, model_path = target, None
+    return source, model_path, gguf_file
 
+
+def load_model(
+    spec: str | None,
+    *,
+    dtype: str | torch.dtype | None = None,
+    device: str | torch.device | None = None,
+    role: Role = "verifier",
+) -> LoadedModel:
+    """Load a causal LM and its tokenizer, in eval mode on `device` (default: CUDA if present, else CPU)."""
+    started = time.perf_counter()
+    name = presets.PAIRS[spec or "default"][role] if spec is None or spec in presets.PAIRS else spec
+    target = resolve_model_spec(spec, role)
+    torch_device = parse_device(device)
+    torch_dtype, int8 = parse_precision(dtype, torch_device)
+    source, model_path, gguf_file = _locate(target, role)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     kwargs: dict = {"dtype": torch_dtype}

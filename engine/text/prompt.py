@@ -242,6 +242,28 @@ def _encode_segments(enc: _Encoder, segments: Sequence[Segment]) -> list[int]:
     return ids
 
 
+def _fit_other_documents(enc: "_Encoder", other_documents: Sequence[tuple[str, str]], path: str | None,
+                         budget: int) -> list[tuple[str, str]]:
+    """The other documents that fit `budget` tokens, in order, each trimmed to its head; the
+    current file and empty ones are left out."""
+    docs: list[tuple[str, str]] = []
+    remaining = budget
+    for doc_path, doc_text in other_documents:
+        if (path is not None and doc_path == path) or not doc_text.strip():
+            continue
+        header = len(enc.encode(f"{doc_path}\n")) + 2  # path line plus separator tokens
+        room = remaining - header
+        if room < MIN_DOCUMENT_TOKENS:
+            log.debug("dropping %s from the prompt: %d tokens left", doc_path, remaining)
+            continue
+        kept, _ = _keep_head(enc, doc_text, room)
+        if not kept.strip():
+            continue
+        docs.append((doc_path, kept))
+        remaining -= header + len(enc.offsets(kept))
+    return docs
+
+
 def build_prompt(
     tokenizer,
     template: FimTemplate,
@@ -272,22 +294,7 @@ def build_prompt(
     if suffix_truncated:
         kept_suffix = end_cut_suffix_cleanly(kept_suffix, language or language_from(None, path))
 
-    docs: list[tuple[str, str]] = []
-    remaining = budget.other_documents_tokens
-    for doc_path, doc_text in other_documents:
-        if (path is not None and doc_path == path) or not doc_text.strip():
-            continue
-        header = len(enc.encode(f"{doc_path}\n")) + 2  # path line plus separator tokens
-        room = remaining - header
-        if room < MIN_DOCUMENT_TOKENS:
-            log.debug("dropping %s from the prompt: %d tokens left", doc_path, remaining)
-            continue
-        kept, _ = _keep_head(enc, doc_text, room)
-        if not kept.strip():
-            continue
-        docs.append((doc_path, kept))
-        remaining -= header + len(enc.offsets(kept))
-
+    docs = _fit_other_documents(enc, other_documents, path, budget.other_documents_tokens)
     healed = kept_prefix[len(kept_prefix) - enc.heal_point(kept_prefix):] if heal else ""
     in_prompt = kept_prefix[: len(kept_prefix) - len(healed)]
     segments = template.segments(in_prompt, kept_suffix, path=path, other_documents=docs, repo_name=repo_name)

@@ -32,6 +32,7 @@ from lsp_server.cli.bench_args import report as _report
 log = logging.getLogger(__name__)
 
 
+# Long by design: a declaration, one add_argument per flag of six benchmarks; no logic.
 def add_parsers(sub) -> None:
     bench = sub.add_parser("bench", help="benchmarks: engine (decoding speed) | session (typing through the server) "
                                          "| first-completion (warming on vs off) "
