@@ -215,9 +215,9 @@ def end_cut_suffix_cleanly(kept: str, language: str | None) -> str:
     line end (the rest of the cursor's own line is kept, whole or cut, never dropped), and not
     after a line that opens a block, or a decorator, whose body the cut leaves out.
 
-    A small model continues a suffix that ends mid-thought: with 16 tokens after an emptied body,
-    `\n\n    def _split(self, text):\n` made the 0.5B write `_split`'s docstring at the cursor, in
-    13 of 64 emptied bodies of held-out files (docs/benchmarks.md, "Where the suffix ends")."""
+    A small model continues a suffix that ends mid-thought: a suffix ending on the next function's
+    header makes it write that function's docstring at the cursor (docs/benchmarks.md, "Where the
+    suffix ends")."""
     if "\n" not in kept:
         return kept
     cursor_line, *below = kept[: kept.rfind("\n")].split("\n")

@@ -2,8 +2,8 @@
 
 On a CPU a request has time for a few passes, so most ghost text comes from the decode that
 goes on after the answer (the rest of the line, the next lines). While the user types what
-that decode is writing, each key's request used to cancel it and start the same work over,
-only to be cancelled by the next key in turn. A request at a spot the decode is writing
+that decode is writing, a request per key that cancelled it would start the same work over,
+only to be cancelled by the next key in turn. So a request at a spot the decode is writing
 towards follows it instead (lsp_server/answering/service.py): it waits, within its own budget, for
 the kept answer to reach the cursor (lsp_server/answering/typethrough.py); if the budget ends first,
 it answers empty and the client is told `quickdraft/completionReady` at that spot once the

@@ -29,7 +29,7 @@ EMPTY = types.InlineCompletionList(items=[])
 # A request the backend has not answered this long before its budget ends is answered empty
 # by the event loop: one still queued behind the warm it joined, or a worker slow to switch.
 # After the backends' own answer (ANSWER_MARGIN_S, 10 ms: it has what is verified), and enough
-# for the reply's trip to the client (at 5 ms, 2 of 21 answers there were 1–2 ms late).
+# for the reply's trip to the client.
 LOOP_ANSWER_MARGIN_S = 0.008
 # An answer meant to beat the user's next key leaves it this long, for the trip to the client.
 NEXT_KEY_MARGIN_S = 0.015
