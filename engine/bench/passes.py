@@ -39,7 +39,8 @@ from engine.drafters.draft_model import DraftModelDrafter
 from engine.decoding.kv import PREFILL_CHUNK, KVCache
 from engine.decoding.kv_static import BUCKETS, StaticKVCache
 from engine.models.cpu_attention import NAME as DECODE_ATTENTION, attention_implementation
-from engine.models.quantize import quantize_int8
+from engine.models.loading import describe_precision
+from engine.models.quantize import quantize_weights
 from engine.decoding.verify import SamplingParams, greedy_accept
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ REPLAYS = (
 class PassesBenchConfig:
     device: str = "cpu"
     dtype: torch.dtype = torch.float32
-    int8: bool = False  # int8 weights (engine/models/quantize.py), activations in dtype
+    weights: str | None = None  # "int8" or "int4" weights (engine/models/quantize.py), activations in dtype
     quick: bool = False
     verifiers: tuple[str, ...] | None = None  # None: VERIFIERS["quick" or "full"]; (): the draft model alone
     contexts: tuple[int, ...] = (512, 2048)
@@ -86,7 +87,7 @@ class PassesBenchConfig:
         return self.fast_mode or ("graphs" if torch.device(self.device).type == "cuda" else "bucketed")
 
 
-def build_model(name: str, device: str, dtype: torch.dtype, seed: int = 0, int8: bool = False):
+def build_model(name: str, device: str, dtype: torch.dtype, seed: int = 0, weights: str | None = None):
     """A Qwen2 causal LM with `name`'s exact shape and random weights, built on `device`."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -98,8 +99,8 @@ def build_model(name: str, device: str, dtype: torch.dtype, seed: int = 0, int8:
             model = Qwen2ForCausalLM(Qwen2Config(**config_for(name))).eval()
     finally:
         torch.set_default_dtype(previous)
-    if int8:
-        quantize_int8(model)
+    if weights:
+        quantize_weights(model, weights)
     return model
 
 
@@ -280,9 +281,9 @@ def run_passes_bench(config: PassesBenchConfig, progress: Callable[[str], None] 
     result["environment"].update(device=config.device, dtype=_precision(config))
     draft_name = DRAFT[kind]
     progress(f"building {draft_name} (random weights)")
-    draft = build_model(draft_name, config.device, config.dtype, config.seed, config.int8)
+    draft = build_model(draft_name, config.device, config.dtype, config.seed, config.weights)
     for name in (draft_name, *verifiers):
-        model = draft if name == draft_name else build_model(name, config.device, config.dtype, config.seed, config.int8)
+        model = draft if name == draft_name else build_model(name, config.device, config.dtype, config.seed, config.weights)
         if "times" in config.measure:
             _time_model(name, model, draft if name != draft_name else None, config, timer, rng, result, progress)
         if "ops" in config.measure:
@@ -332,8 +333,7 @@ def _warm(cache):
 
 
 def _precision(config: PassesBenchConfig) -> str:
-    name = str(config.dtype).removeprefix("torch.")
-    return f"int8 weights, {name}" if config.int8 else name
+    return describe_precision(config.dtype, config.weights)
 
 
 def _describe(config: PassesBenchConfig, verifiers) -> dict:

@@ -40,15 +40,19 @@ class LoadedModel:
     name: str  # preset name or the path/spec given
     path: Path | None  # None for a hub id
     device: torch.device
-    dtype: torch.dtype  # of activations, and of the weights unless int8
+    dtype: torch.dtype  # of activations, and of the weights unless quantized
     load_ms: float
-    int8: bool = False  # linear layers hold int8 weights (engine/models/quantize.py)
+    weights: str | None = None  # "int8" or "int4": linear layers hold those (engine/models/quantize.py)
 
     @property
     def precision(self) -> str:
-        """How it computes, for logs and reports: "bfloat16", or "int8 weights, bfloat16"."""
-        name = str(self.dtype).removeprefix("torch.")
-        return f"int8 weights, {name}" if self.int8 else name
+        """How it computes, for logs and reports: "bfloat16", or "int4 weights, bfloat16"."""
+        return describe_precision(self.dtype, self.weights)
+
+
+def describe_precision(dtype: torch.dtype, weights: str | None) -> str:
+    name = str(dtype).removeprefix("torch.")
+    return f"{weights} weights, {name}" if weights else name
 
 
 # ----------------------------------------------------------------------------- device and dtype
@@ -96,17 +100,20 @@ def parse_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.
     try:
         return _DTYPES[dtype.lower().removeprefix("torch.")]
     except KeyError:
-        raise ModelError(f"unknown dtype {dtype!r}; use one of bf16, fp16, fp32, int8 or auto") from None
+        raise ModelError(f"unknown dtype {dtype!r}; use one of bf16, fp16, fp32, int8, int4 or auto") from None
 
 
-def parse_precision(dtype: str | torch.dtype | None, device: torch.device) -> tuple[torch.dtype, bool]:
-    """(activation dtype, int8 weights) for a --dtype value: a float dtype, "int8" (int8
-    weights, the default float dtype for the rest; CPU only) or auto (a float dtype)."""
-    if isinstance(dtype, str) and dtype.lower() == "int8":
+WEIGHT_FORMATS = ("int8", "int4")
+
+
+def parse_precision(dtype: str | torch.dtype | None, device: torch.device) -> tuple[torch.dtype, str | None]:
+    """(activation dtype, quantized weights) for a --dtype value: a float dtype, "int8" or
+    "int4" (those weights, the default float dtype for the rest; CPU only) or auto (a float dtype)."""
+    if isinstance(dtype, str) and dtype.lower() in WEIGHT_FORMATS:
         if torch.device(device).type != "cpu":
-            raise ModelError(f"int8 weights are for the CPU, not {device}; use bf16 there")
-        return default_dtype(device), True
-    return parse_dtype(dtype, device), False
+            raise ModelError(f"{dtype.lower()} weights are for the CPU, not {device}; use bf16 there")
+        return default_dtype(device), dtype.lower()
+    return parse_dtype(dtype, device), None
 
 
 def parse_device(device: str | torch.device | None) -> torch.device:
@@ -213,7 +220,7 @@ def load_model(
     name = presets.PAIRS[spec or "default"][role] if spec is None or spec in presets.PAIRS else spec
     target = resolve_model_spec(spec, role)
     torch_device = parse_device(device)
-    torch_dtype, int8 = parse_precision(dtype, torch_device)
+    torch_dtype, weights = parse_precision(dtype, torch_device)
     source, model_path, gguf_file = _locate(target, role)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -238,18 +245,26 @@ def load_model(
         raise ModelError(f"out of GPU memory loading {model_path or target} in {torch_dtype}: {_short(error)}") from error
     except Exception as error:
         raise ModelError(f"could not load the model at {model_path or target}: {_short(error)}{hint}") from error
-    if int8:
-        from engine.models.quantize import quantize_int8
-
-        quantize_int8(model)
+    if weights:
+        _quantize(model, weights, model_path or target)
     if torch_device.type == "cpu":
         from engine.models.cpu_attention import use_decode_attention
 
         use_decode_attention(model)
     load_ms = (time.perf_counter() - started) * 1000
-    loaded = LoadedModel(model, tokenizer, name, model_path, torch_device, torch_dtype, load_ms, int8)
+    loaded = LoadedModel(model, tokenizer, name, model_path, torch_device, torch_dtype, load_ms, weights)
     log.info("loaded %s (%s, %s) in %.0f ms", name, loaded.precision, torch_device, load_ms)
     return loaded
+
+
+def _quantize(model, weights: str, where) -> None:
+    from engine.kernels.cpu_int4 import KernelUnavailable
+    from engine.models.quantize import quantize_weights
+
+    try:
+        quantize_weights(model, weights)
+    except KernelUnavailable as error:
+        raise ModelError(f"cannot give {where} {weights} weights: {error}; use --dtype int8") from error
 
 
 def _short(error: Exception) -> str:

@@ -1,5 +1,6 @@
-"""Weight-only int8 for CPU decoding: each linear layer also holds its weights as int8 with
-one scale per output row, and reads them on passes of a few tokens.
+"""Weight-only int8 or 4-bit weights for CPU decoding: each linear layer also holds its weights
+as int8 with one scale per output row (ATen's kernel), or in 4 bits by blocks
+(engine/kernels/cpu_int4.py, our kernel), and reads them on passes of a few tokens.
 
 Why: on a CPU a decoding pass is bound by reading the weights (a 0.5B model in bf16 reads
 about 1 GB per pass), so int8 weights make a pass of up to four tokens about twice as
@@ -17,6 +18,8 @@ from typing import Iterator
 
 import torch
 
+from engine.kernels import cpu_int4
+
 # ATen's int8 kernel reads the reduction dimension in blocks: layers whose input width is
 # not a multiple of this stay in float (every layer of the Qwen models is a multiple).
 INPUT_MULTIPLE = 64
@@ -29,26 +32,18 @@ QUANTIZE_ROWS = 2048  # rows quantized at a time at load: a block stays in cache
 
 
 class WeightChoice:
-    """Which weights a model's int8 layers read now; one per model, shared by its layers."""
+    """Which weights a model's quantized layers read now; one per model, shared by its layers."""
 
     def __init__(self) -> None:
         self.float_weights = False
 
 
-class Int8Linear(torch.nn.Module):
-    """A linear layer with int8 weights scaled per output row (symmetric, absmax), and its
-    float weights for prompt chunks."""
+class QuantizedLinear(torch.nn.Module):
+    """A linear layer that reads quantized weights on decoding passes and its float weights
+    on prompt chunks."""
 
     def __init__(self, linear: torch.nn.Linear, choice: WeightChoice) -> None:
         super().__init__()
-        weight = linear.weight.detach()
-        scale = weight.abs().amax(dim=1).float().clamp(min=torch.finfo(torch.float32).tiny) / 127
-        qweight = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)
-        for start in range(0, weight.shape[0], QUANTIZE_ROWS):  # in blocks: no full-size float32 copies
-            rows = slice(start, start + QUANTIZE_ROWS)
-            qweight[rows] = weight[rows].to(torch.float32, copy=True).div_(scale[rows, None]).round_().clamp_(-127, 127)
-        self.register_buffer("qweight", qweight)
-        self.register_buffer("scale", scale.to(weight.dtype))
         self.weight, self.bias = linear.weight, linear.bias  # tied weights stay tied (the output layer)
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.choice = choice
@@ -57,38 +52,91 @@ class Int8Linear(torch.nn.Module):
         if self.choice.float_weights:
             return torch.nn.functional.linear(x, self.weight, self.bias)
         rows = x.reshape(-1, self.in_features).contiguous()
-        y = torch.ops.aten._weight_int8pack_mm(rows, self.qweight, self.scale).reshape(*x.shape[:-1], self.out_features)
+        y = self.quantized_matmul(rows).reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
 
+    def quantized_matmul(self, rows: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
     def dequantized(self) -> torch.Tensor:
-        """The weights the int8 path computes with, in float32."""
+        """The weights the quantized path computes with, in float32."""
+        raise NotImplementedError
+
+
+class Int8Linear(QuantizedLinear):
+    """int8 weights scaled per output row (symmetric, absmax)."""
+
+    def __init__(self, linear: torch.nn.Linear, choice: WeightChoice) -> None:
+        super().__init__(linear, choice)
+        weight = linear.weight.detach()
+        scale = weight.abs().amax(dim=1).float().clamp(min=torch.finfo(torch.float32).tiny) / 127
+        qweight = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)
+        for start in range(0, weight.shape[0], QUANTIZE_ROWS):  # in blocks: no full-size float32 copies
+            rows = slice(start, start + QUANTIZE_ROWS)
+            qweight[rows] = weight[rows].to(torch.float32, copy=True).div_(scale[rows, None]).round_().clamp_(-127, 127)
+        self.register_buffer("qweight", qweight)
+        self.register_buffer("scale", scale.to(weight.dtype))
+
+    def quantized_matmul(self, rows: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int8pack_mm(rows, self.qweight, self.scale)
+
+    def dequantized(self) -> torch.Tensor:
         return self.qweight.float() * self.scale.float()[:, None]
 
 
-def can_quantize(linear: torch.nn.Linear) -> bool:
-    return (linear.weight.device.type == "cpu" and linear.in_features % INPUT_MULTIPLE == 0
+class Int4Linear(QuantizedLinear):
+    """4-bit weights in blocks of 128 inputs (engine/kernels/cpu_int4.py)."""
+
+    def __init__(self, linear: torch.nn.Linear, choice: WeightChoice) -> None:
+        super().__init__(linear, choice)
+        blocks = cpu_int4.quantize(linear.weight)
+        self.register_buffer("codes", blocks.codes)
+        self.register_buffer("group_scales", blocks.group_scales)
+        self.register_buffer("block_scales", blocks.block_scales)
+
+    @property
+    def blocks(self) -> cpu_int4.Int4Weights:
+        return cpu_int4.Int4Weights(self.codes, self.group_scales, self.block_scales)
+
+    def quantized_matmul(self, rows: torch.Tensor) -> torch.Tensor:
+        return cpu_int4.matmul(rows, self.blocks)
+
+    def dequantized(self) -> torch.Tensor:
+        return cpu_int4.dequantize(self.blocks)
+
+
+LAYERS: dict[str, type[QuantizedLinear]] = {"int8": Int8Linear, "int4": Int4Linear}
+# The input widths each format's kernel reads in whole blocks.
+INPUT_MULTIPLES = {"int8": INPUT_MULTIPLE, "int4": cpu_int4.BLOCK}
+
+
+def can_quantize(linear: torch.nn.Linear, weights: str = "int8") -> bool:
+    return (linear.weight.device.type == "cpu" and linear.in_features % INPUT_MULTIPLES[weights] == 0
             and linear.weight.dtype in (torch.bfloat16, torch.float32))
 
 
-def quantize_int8(model: torch.nn.Module) -> int:
-    """Give the model's linear layers, the output layer included, int8 weights; returns how
-    many layers now have them."""
+def quantize_weights(model: torch.nn.Module, weights: str = "int8") -> int:
+    """Give the model's linear layers, the output layer included, `weights` ("int8" or "int4");
+    returns how many layers now have them."""
+    layer = LAYERS[weights]
+    if weights == "int4":
+        cpu_int4.kernel()  # KernelUnavailable here, before any layer is replaced
     choice = WeightChoice()
     targets = [(name, module) for name, module in model.named_modules()
-               if isinstance(module, torch.nn.Linear) and can_quantize(module)]
+               if isinstance(module, torch.nn.Linear) and can_quantize(module, weights)]
     for name, module in targets:
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, Int8Linear(module, choice))
+        setattr(parent, child, layer(module, choice))
     if targets:
-        model.int8_weight_choice = choice
+        model.quantized_weight_choice = choice
     return len(targets)
 
 
 @contextmanager
 def float_weights(model: torch.nn.Module) -> Iterator[None]:
-    """Within: the model's int8 layers read their float weights (a no-op for other models)."""
-    choice = getattr(model, "int8_weight_choice", None)
+    """Within: the model's quantized layers read their float weights (a no-op for other models)."""
+    choice = getattr(model, "quantized_weight_choice", None)
     if choice is None:
         yield
         return
@@ -100,5 +148,5 @@ def float_weights(model: torch.nn.Module) -> Iterator[None]:
 
 
 def pass_prompt_tokens(model: torch.nn.Module) -> int | None:
-    """GenerationConfig.pass_prompt_tokens for this model: a limit with int8 weights, else none."""
-    return PASS_PROMPT_TOKENS if getattr(model, "int8_weight_choice", None) is not None else None
+    """GenerationConfig.pass_prompt_tokens for this model: a limit with quantized weights, else none."""
+    return PASS_PROMPT_TOKENS if getattr(model, "quantized_weight_choice", None) is not None else None

@@ -120,7 +120,7 @@ def add_parsers(sub) -> None:
     passes.add_argument("--quick", action="store_true",
                         help="small model shapes, short contexts, 32-token replays (a CPU test run)")
     passes.add_argument("--device", help="cpu | cuda | cuda:N (default: cuda when available)")
-    passes.add_argument("--dtype", help="bfloat16 | float16 | float32 | int8 (CPU) (default: bf16 on CUDA, fp32 on the CPU)")
+    passes.add_argument("--dtype", help="bfloat16 | float16 | float32 | int8 | int4 (CPU) (default: bf16 on CUDA, fp32 on the CPU)")
     passes.add_argument("--out", default="bench-out", help="folder for passes.json (default bench-out)")
     passes.add_argument("--verifiers", help="comma-separated shapes (default qwen2.5-coder-1.5b,qwen2.5-coder-7b; "
                                             "'none': the draft qwen2.5-coder-0.5b alone, which always runs)")
@@ -307,7 +307,7 @@ def run_passes(args: argparse.Namespace) -> int:
     from engine.models.loading import parse_device, parse_precision
 
     device = parse_device(args.device)  # a clear error when CUDA is asked for and missing
-    dtype, int8 = parse_precision(args.dtype or ("float32" if device.type == "cpu" else None), device)
+    dtype, weights = parse_precision(args.dtype or ("float32" if device.type == "cpu" else None), device)
     if args.fast_mode == "graphs" and device.type != "cuda":
         raise QuickdraftError("--fast-mode graphs needs --device cuda; use bucketed or eager on this device")
     measure = _measures(args.measure)
@@ -318,7 +318,7 @@ def run_passes(args: argparse.Namespace) -> int:
     except ValueError:
         raise QuickdraftError(f"--contexts takes comma-separated token counts, not {args.contexts!r}") from None
     config = PassesBenchConfig(
-        device=str(device), dtype=dtype, int8=int8, quick=args.quick,
+        device=str(device), dtype=dtype, weights=weights, quick=args.quick,
         verifiers=_verifiers(args.verifiers),
         contexts=contexts or ((32, 128) if args.quick else (512, 2048)),
         repeats=_pick(args.repeats, args.quick, 2, 20), fast_mode=args.fast_mode,

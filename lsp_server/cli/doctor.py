@@ -72,7 +72,7 @@ def machine_plan(settings) -> Plan:
     from engine.completion import CPU_CONTEXT_BUDGET
     from engine.errors import QuickdraftError
     from engine.models import presets
-    from engine.models.loading import cpu_has_fast_bf16, parse_device, parse_precision
+    from engine.models.loading import cpu_has_fast_bf16, describe_precision, parse_device, parse_precision
     from engine.text.prompt import ContextBudget
 
     verifier = settings.verifier or presets.PAIRS["default"]["verifier"]
@@ -84,7 +84,7 @@ def machine_plan(settings) -> Plan:
         dtype = settings.dtype
         if dtype in (None, "auto") and device.type == "cpu":
             dtype = "int8"  # as CompletionEngine.load: int8 weights on a CPU
-        float_dtype, int8 = parse_precision(dtype, device)
+        float_dtype, weights = parse_precision(dtype, device)
     except QuickdraftError as error:
         plan.problem = str(error)
         return plan
@@ -96,8 +96,7 @@ def machine_plan(settings) -> Plan:
 
         fast = "fast bf16 (AVX512-BF16 or AMX)" if cpu_has_fast_bf16() else "no fast bf16: float32 activations"
         plan.device_detail = f"{cpu_model()}, {os.cpu_count()} cores, {fast}; no CUDA GPU"
-    name = str(float_dtype).removeprefix("torch.")
-    plan.precision = f"int8 weights, {name}" if int8 else name
+    plan.precision = describe_precision(float_dtype, weights)
     budget = CPU_CONTEXT_BUDGET if device.type == "cpu" else ContextBudget()
     plan.context = (f"{budget.prefix_tokens} / {budget.suffix_tokens} / {budget.other_documents_tokens} tokens "
                     "(before the cursor / after it / other open files)")

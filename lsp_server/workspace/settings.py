@@ -52,7 +52,7 @@ class Settings:
         "trained heads, token trees of them, or none (plain decoding)",
         choices=DRAFTER_MODES, flag="--drafter", default_is=MACHINE_DEFAULT, see="medusa.md")
     dtype: str | None = setting(
-        None, "precision: `int8` (int8 weights, CPU only), `bf16`, `fp16`, `fp32` or `auto`",
+        None, "precision: `int8` or `int4` (those weights, CPU only), `bf16`, `fp16`, `fp32` or `auto`",
         flag="--dtype", metavar="DTYPE", default_is=MACHINE_DEFAULT)
     device: str | None = setting(
         None, "`cpu`, `cuda` or `cuda:N`", flag="--device", metavar="DEVICE", default_is=MACHINE_DEFAULT)

@@ -11,7 +11,7 @@ from engine.drafters import DrafterConfig, make_drafter
 from engine.errors import ModelError
 from engine.models.loading import load_model, parse_precision
 from engine.models.quantize import (PASS_PROMPT_TOKENS, Int8Linear, WeightChoice, float_weights,
-                                    pass_prompt_tokens, quantize_int8)
+                                    pass_prompt_tokens, quantize_weights)
 
 
 def linear(in_features: int, out_features: int, dtype: torch.dtype, bias: bool = False) -> torch.nn.Linear:
@@ -53,7 +53,7 @@ def test_quantizing_replaces_every_linear_layer_and_keeps_the_float_weights(tiny
     linears = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
     output_matrix = model.get_output_embeddings().weight
     floats = {name: tensor.clone() for name, tensor in model.state_dict().items()}
-    assert quantize_int8(model) == linears > 0
+    assert quantize_weights(model) == linears > 0
     after = model.state_dict()
     assert all(torch.equal(after[name], tensor) for name, tensor in floats.items())  # float weights untouched
     assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
@@ -67,7 +67,7 @@ def test_prompt_chunks_read_the_float_weights_and_passes_the_int8_ones():
     choice = WeightChoice()
     q = Int8Linear(layer, choice)
     model = torch.nn.Sequential(q)
-    model.int8_weight_choice = choice
+    model.quantized_weight_choice = choice
     x = torch.randn(5, 128)
     with float_weights(model):
         assert torch.equal(q(x), layer(x))
@@ -79,9 +79,9 @@ def test_prompt_chunks_read_the_float_weights_and_passes_the_int8_ones():
 
 def test_dtype_int8_loads_int8_weights_and_says_so(tiny_model_dir):
     loaded = load_model(str(tiny_model_dir), dtype="int8", device="cpu")
-    assert loaded.int8 and loaded.precision.startswith("int8 weights, ")
+    assert loaded.weights == "int8" and loaded.precision.startswith("int8 weights, ")
     assert any(isinstance(m, Int8Linear) for m in loaded.model.modules())
-    assert not load_model(str(tiny_model_dir), dtype="float32", device="cpu").int8
+    assert not load_model(str(tiny_model_dir), dtype="float32", device="cpu").weights
 
 
 def test_int8_is_for_the_cpu():
@@ -96,7 +96,7 @@ def test_speculative_decoding_on_the_quantized_model_is_exact(tiny_model_dir, dr
     quantized model drafts for itself: its drafts come from one-row passes and are verified
     in passes of several rows, the two paths of the int8 kernel."""
     loaded = load_model(str(tiny_model_dir), dtype="float32", device="cpu")
-    quantize_int8(loaded.model)
+    quantize_weights(loaded.model)
     prompt = loaded.tokenizer("def add(a, b):\n    return a + b\n" * 3, add_special_tokens=False)["input_ids"]
     assert len(prompt) > PASS_PROMPT_TOKENS  # read as the engine reads it: float chunks, then int8 passes
     config = GenerationConfig(max_new_tokens=40, max_draft_tokens=5, pass_prompt_tokens=pass_prompt_tokens(loaded.model))
@@ -111,10 +111,10 @@ def test_speculative_decoding_on_the_quantized_model_is_exact(tiny_model_dir, dr
 def test_a_long_prompt_rest_is_prefilled_and_the_first_pass_feeds_its_last_token(tiny_model_dir):
     loaded = load_model(str(tiny_model_dir), dtype="float32", device="cpu")
     assert pass_prompt_tokens(loaded.model) is None  # float weights: the first pass feeds the whole rest
-    quantize_int8(loaded.model)
+    quantize_weights(loaded.model)
     assert pass_prompt_tokens(loaded.model) == PASS_PROMPT_TOKENS
     forwards = []  # (tokens fed, read with the float weights)
-    choice = loaded.model.int8_weight_choice
+    choice = loaded.model.quantized_weight_choice
     loaded.model.model.register_forward_pre_hook(
         lambda module, args, kwargs: forwards.append((kwargs["input_ids"].shape[1], choice.float_weights)),
         with_kwargs=True)
