@@ -38,6 +38,7 @@ from engine.decoding import cuda_graphs
 from engine.bench.model_configs import DRAFT, VERIFIERS, config_for
 from engine.bench.pass_ops import measure_ops, profile_paths, random_tokens
 from engine.bench.pass_replays import REPLAYS, Replay, replay_decode
+from engine.bench.pass_targets import targets
 from engine.decoding.compiled_step import CompiledKVCache
 from engine.decoding.kv import PREFILL_CHUNK, KVCache
 from engine.decoding.kv_static import BUCKETS, StaticKVCache
@@ -224,7 +225,6 @@ def run_passes_bench(config: PassesBenchConfig, progress: Callable[[str], None] 
     """Everything above, model by model (the draft model and its caches stay for the replays);
     `checkpoint` gets the result so far after each model."""
     from engine.bench.decode import environment
-    from engine.bench.device_run import targets
 
     kind = "quick" if config.quick else "full"
     verifiers = VERIFIERS[kind] if config.verifiers is None else config.verifiers

@@ -16,7 +16,8 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity
 
 from engine.bench import pass_ops
-from engine.bench.device_run import device_run_config, targets
+from engine.bench.device_run import device_run_config
+from engine.bench.pass_targets import targets
 from engine.decoding.compiled_step import CompiledKVCache
 from lsp_server.cli import main as cli_main
 
