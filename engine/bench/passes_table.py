@@ -29,6 +29,8 @@ def format_table(result: dict, markdown: bool = False) -> str:
                        [(t["target"], t["fast_mode"], f"{t['value']:.2f}",
                          "met" if t["met"] else f"MISSED by {t['off_by']:.2f}") for t in result["targets"]])
     lines += [f"error: {error}" for error in result.get("errors", [])]
+    if result.get("seconds"):
+        lines.append("seconds: " + ", ".join(f"{name} {seconds:.0f}" for name, seconds in result["seconds"].items()))
     return "\n".join(lines)
 
 
