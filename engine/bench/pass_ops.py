@@ -6,18 +6,23 @@ GPU check), so the count is the figure the compiled step must cut, and any CPU c
 torch.profiler records every ATen op a pass dispatches, and each C++ kernel inductor generated
 (the compiled step is built with kernel profiling on). An event counts when it does work and no
 counted event encloses it: a `linear` counts once, not again for the `addmm` inside it; views,
-allocations and the compiled region's own markers count nothing.
+allocations and the compiled region's own markers count nothing. On a GPU `profile_pass` counts
+the kernels the GPU itself ran instead (`bench passes --device-run`: kernels per pass, and the
+profiler's top kernels by time).
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from collections import Counter
 from collections.abc import Callable
 
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
+from engine.decoding import cuda_graphs
 from engine.decoding.compiled_step import CompiledKVCache
 from engine.decoding.kv import KVCache
 
@@ -52,12 +57,65 @@ def counted(event) -> bool:
 
 def count_ops(run: Callable[[], object], reset: Callable[[], object]) -> int:
     """Ops of one `run()` (after an untimed one), `reset()` before each, outside the profile."""
+    return profile_pass(run, reset, torch.device("cpu"))["count"]
+
+
+def profile_pass(run: Callable[[], object], reset: Callable[[], object], device: torch.device) -> dict:
+    """One `run()` (after an untimed one) under torch.profiler: on CUDA the kernels the GPU ran
+    (inside a replayed graph too), elsewhere the ops counted as above; their count, their summed
+    time, and the five that took longest (by name, all their calls together)."""
+    cuda = torch.device(device).type == "cuda"
     reset()
     run()
     reset()
-    with profile(activities=[ProfilerActivity.CPU]) as recorded:
+    with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]) as recorded:
         run()
-    return sum(1 for event in recorded.events() if counted(event))
+        cuda_graphs.synchronize(device)
+    events = recorded.events()
+    work = [e for e in events if (is_kernel(e) if cuda else counted(e))]
+    by_name: dict[str, list[float]] = {}
+    for event in work:
+        by_name.setdefault(event.name, []).append(event.time_range.elapsed_us() / 1000)
+    top = sorted(by_name.items(), key=lambda item: -sum(item[1]))[:5]
+    summary = {"unit": "kernels" if cuda else "ops", "count": len(work),
+               "ms": sum(sum(times) for times in by_name.values()),
+               "top": [{"name": name, "ms": sum(times), "calls": len(times)} for name, times in top]}
+    if cuda:  # what the host asked for (one graph launch a replay, or a launch a kernel), what the GPU did
+        summary["launches"] = dict(Counter(e.name for e in events
+                                           if e.device_type == DeviceType.CPU and "Launch" in e.name))
+        summary["device_activities"] = dict(Counter(str(getattr(e, "activity_type", "device")) for e in events
+                                                    if e.device_type == DeviceType.CUDA))
+    return summary
+
+
+def is_kernel(event) -> bool:
+    """A kernel the GPU ran (not a copy, a fill or a host-side call)."""
+    if event.device_type != DeviceType.CUDA:
+        return False
+    kind = getattr(event, "activity_type", None)
+    if kind is not None:
+        return kind == "kernel"
+    return not event.name.startswith(("Memcpy", "Memset"))
+
+
+def random_tokens(model, n: int, generator: torch.Generator) -> list[int]:
+    return torch.randint(0, model.config.vocab_size, (n,), generator=generator).tolist()
+
+
+def profile_paths(name: str, model, caches: dict[str, object], context: int, sizes: tuple[int, ...],
+                  rng: torch.Generator) -> list[dict]:
+    """`profile_pass` of each cache's pass of `sizes` tokens after the same `context` tokens."""
+    prompt = random_tokens(model, context, rng)
+    for cache in caches.values():
+        cache.prefill(prompt, chunk=None)
+    rows = []
+    for size in sizes:
+        fed = random_tokens(model, size, rng)
+        for path, cache in caches.items():
+            summary = profile_pass(functools.partial(cache.forward, fed), functools.partial(cache.crop, context),
+                                   cache.device)
+            rows.append({"model": name, "context": context, "pass_tokens": size, "path": path, **summary})
+    return rows
 
 
 def measure_ops(name: str, model, context: int, sizes: tuple[int, ...], rng: torch.Generator) -> list[dict]:
@@ -65,17 +123,10 @@ def measure_ops(name: str, model, context: int, sizes: tuple[int, ...], rng: tor
     against the compiled step, with each (size, context) graph's compile time."""
     if next(model.parameters()).device.type != "cpu":
         raise ValueError("ops per pass are counted on the CPU (a GPU's compiled passes replay CUDA graphs)")
-    prompt = torch.randint(0, model.config.vocab_size, (context,), generator=rng).tolist()
-    eager, compiled = KVCache(model), CompiledKVCache(model)
-    for cache in (eager, compiled):
-        cache.prefill(prompt, chunk=None)
-    rows = []
-    for size in sizes:
-        fed = torch.randint(0, model.config.vocab_size, (size,), generator=rng).tolist()
-        compile_s = compiled.warm((size,), (context,))
-        counts = {path: count_ops(functools.partial(cache.forward, fed), functools.partial(cache.crop, context))
-                  for path, cache in (("eager", eager), ("compiled", compiled))}
-        rows.append({"model": name, "context": context, "pass_tokens": size, "eager_ops": counts["eager"],
-                     "compiled_ops": counts["compiled"], "ratio": counts["compiled"] / counts["eager"],
-                     "compile_s": compile_s})
-    return rows
+    compiled = CompiledKVCache(model)
+    compile_s = {size: compiled.warm((size,), (context,)) for size in sizes}
+    profiles = profile_paths(name, model, {"eager": KVCache(model), "compiled": compiled}, context, sizes, rng)
+    counts = {(row["pass_tokens"], row["path"]): row["count"] for row in profiles}
+    return [{"model": name, "context": context, "pass_tokens": size, "eager_ops": counts[size, "eager"],
+             "compiled_ops": counts[size, "compiled"], "ratio": counts[size, "compiled"] / counts[size, "eager"],
+             "compile_s": compile_s[size]} for size in sizes]

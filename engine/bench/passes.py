@@ -14,9 +14,12 @@ model's does. In one process, for each model:
 - 64-token decodes replayed with a fixed acceptance pattern (τ as measured on the CPU with the
   real pair), through the real draft-model drafter and the real acceptance code.
 
-`fast` may also be the compiled step (`fast_mode="compiled"`, engine/decoding/compiled_step.py).
-With `measure` holding "ops", each model's ops per pass are counted too, eager against the
-compiled step (engine/bench/pass_ops.py; on the CPU); without "times" nothing is timed.
+`fast` may also be the compiled step ("compiled", engine/decoding/compiled_step.py), or several
+fast paths side by side (`fast_modes`): every figure is then one row per fast path, each beside
+the same eager figure. With `measure` holding "profile", one pass of each path is profiled
+(kernels on CUDA, ops elsewhere; the five that took longest); with "ops", ops per pass are counted,
+eager against the compiled step (engine/bench/pass_ops.py; on the CPU); without "times" nothing
+is timed. The device run (engine/bench/device_run.py) is a preset of all of this.
 """
 
 from __future__ import annotations
@@ -33,37 +36,17 @@ import torch
 
 from engine.decoding import cuda_graphs
 from engine.bench.model_configs import DRAFT, VERIFIERS, config_for
-from engine.bench.pass_ops import measure_ops
+from engine.bench.pass_ops import measure_ops, profile_paths, random_tokens
+from engine.bench.pass_replays import REPLAYS, Replay, replay_decode
+from engine.bench.pass_targets import targets
 from engine.decoding.compiled_step import CompiledKVCache
-from engine.drafters.draft_model import DraftModelDrafter
 from engine.decoding.kv import PREFILL_CHUNK, KVCache
 from engine.decoding.kv_static import BUCKETS, StaticKVCache
 from engine.models.cpu_attention import NAME as DECODE_ATTENTION, attention_implementation
 from engine.models.loading import describe_precision
 from engine.models.quantize import quantize_weights
-from engine.decoding.verify import SamplingParams, greedy_accept
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Replay:
-    """A 64-token completion replayed with a fixed acceptance pattern."""
-
-    name: str
-    tau: float  # tokens per verifier pass: accepted drafts + 1
-    draft_tokens: int  # k per pass
-    draft_model: bool  # drafts from the draft model (each costs a pass) or free (prompt lookup)
-
-
-SERVER_OVERHEAD_MS = 3.0  # docs/benchmarks.md, typing session: a type-through answer takes ~3 ms end to end
-
-# τ measured on the CPU with the real pair, bf16 (docs/benchmarks.md): lookup 2.48, hybrid 3.00.
-REPLAYS = (
-    Replay("plain", 1.0, 0, False),
-    Replay("lookup", 2.48, 8, False),
-    Replay("draft", 3.0, 4, True),
-)
 
 
 @dataclass
@@ -77,14 +60,23 @@ class PassesBenchConfig:
     sizes: tuple[int, ...] = BUCKETS
     repeats: int = 20
     new_tokens: int = 64
-    fast_mode: str | None = None  # StaticKVCache mode (graphs on CUDA, bucketed elsewhere) or "compiled"
-    measure: tuple[str, ...] = ("times",)  # "times": per-pass timings, replays; "ops": ops per pass
-    ops_sizes: tuple[int, ...] = (1, 8)  # pass sizes whose ops are counted, at the shortest context
+    # StaticKVCache modes (graphs on CUDA, bucketed elsewhere) and/or "compiled"; (): the captured path
+    fast_modes: tuple[str, ...] = ()
+    measure: tuple[str, ...] = ("times",)  # "times": timings, replays; "profile": one pass profiled; "ops"
+    ops_sizes: tuple[int, ...] = (1, 8)  # pass sizes profiled or whose ops are counted, at the shortest context
+    prefill_contexts: tuple[int, ...] | None = None  # cold prompts read (None: the contexts)
+    prefill_repeats: int = 1  # timed reads of each, the median counts (more than one: after an untimed one)
+    compiled_buckets: tuple[int, ...] = BUCKETS  # pass sizes the compiled step compiles (longer: uncompiled)
+    decode_attention: bool = True  # on the CPU, also the eager path with the CPU's decode attention
+    keep_going: bool = False  # a model or path that fails is an entry in "errors", and the run goes on
+    preset: str | None = None
     seed: int = 0
     replays: tuple[Replay, ...] = field(default=REPLAYS)
 
-    def resolved_fast_mode(self) -> str:
-        return self.fast_mode or ("graphs" if torch.device(self.device).type == "cuda" else "bucketed")
+    def resolved_fast_modes(self) -> tuple[str, ...]:
+        """The fast paths by name: the static cache's eager mode is "static-eager" ("eager" is the dynamic cache)."""
+        modes = self.fast_modes or ("graphs" if torch.device(self.device).type == "cuda" else "bucketed",)
+        return tuple("static-eager" if mode == "eager" else mode for mode in modes)
 
 
 def build_model(name: str, device: str, dtype: torch.dtype, seed: int = 0, weights: str | None = None):
@@ -118,75 +110,85 @@ class Timer:
         return (time.perf_counter() - started) * 1000
 
 
-def random_tokens(model, n: int, generator: torch.Generator) -> list[int]:
-    return torch.randint(0, model.config.vocab_size, (n,), generator=generator).tolist()
-
-
-def fast_cache(model, mode: str):
-    """The cache measured as `fast`: the static one in `mode`, or the compiled step (not yet warmed)."""
+def open_fast_path(model, mode: str, config: PassesBenchConfig) -> tuple[object, float]:
+    """The cache measured as fast path `mode`, warmed (graphs captured, or compiled for the pass sizes
+    after the contexts measured): the cache and the seconds warming took."""
     if mode == "compiled":
-        return CompiledKVCache(model)
+        cache = CompiledKVCache(model, buckets=config.compiled_buckets)
+        return cache, cache.warm(contexts=config.contexts)
     # The engine's default capacity: a pass attends over the whole buffer, as it will in use.
-    return StaticKVCache(model, mode=mode)
+    cache = StaticKVCache(model, mode=mode.removeprefix("static-"))
+    return cache, cache.warm()
 
 
-def caches(model, config: PassesBenchConfig) -> dict[str, object]:
-    """Both caches of one model: today's dynamic cache and the fast one."""
-    return {"eager": KVCache(model), "fast": fast_cache(model, config.resolved_fast_mode())}
-
-
-def measure_passes(name: str, model, config: PassesBenchConfig, timer: Timer, rng: torch.Generator) -> dict:
-    """Per-pass, draft-token and prefill figures of one model, eager against fast."""
-    by_path = caches(model, config)
-    warmup_s = by_path["fast"].warm()
-    attention = {"eager": "sdpa", "fast": "sdpa"}  # each path's attention
-    if torch.device(config.device).type == "cpu":
+def measure_passes(name: str, model, paths: dict[str, object], config: PassesBenchConfig, timer: Timer,
+                   rng: torch.Generator) -> tuple[list[dict], list[dict]]:
+    """Per-pass and draft-token figures of one model: `paths` holds "eager" (the dynamic cache) and
+    each fast path's warmed cache; a row per fast path, beside the eager figure."""
+    fast = [path for path in paths if path != "eager"]
+    attention = {path: "sdpa" for path in paths}  # each path's attention
+    if torch.device(config.device).type == "cpu" and config.decode_attention:
         attention["decode"] = DECODE_ATTENTION  # the eager cache, attending as CPU models are loaded
-    records, draft_steps, prefills = [], [], []
+    records, draft_steps = [], []
     for context in config.contexts:
         prompt = random_tokens(model, context, rng)
-        prefill_ms = {}
-        for path, cache in by_path.items():
-            for chunk in (None, PREFILL_CHUNK):
-                cache.crop(0)
-                prefill_ms[path, chunk] = timer(partial(cache.prefill, prompt, chunk=chunk))
-        for chunk in (None, PREFILL_CHUNK):
-            prefills.append({"model": name, "context": context, "chunk": chunk or context,
-                             "eager_tokens_per_s": context / prefill_ms["eager", chunk] * 1000,
-                             "fast_tokens_per_s": context / prefill_ms["fast", chunk] * 1000})
+        for cache in paths.values():
+            cache.prefill(prompt, chunk=None)
         for size in config.sizes:
             times: dict[str, list[float]] = {path: [] for path in attention}
             for repeat in range(config.repeats + 2):  # two untimed: allocator and kernel choice settle
                 fed = random_tokens(model, size, rng)
                 for path, implementation in attention.items():
-                    cache = by_path["eager" if path == "decode" else path]
+                    cache = paths["eager" if path == "decode" else path]
                     with attention_implementation(model, implementation):
                         elapsed = timer(partial(cache.forward, fed))
                     cache.crop(context)
                     if repeat >= 2:
                         times[path].append(elapsed)
-            records.append(_record(name, context, size, times))
-            if size == 1:
-                records[-1]["host_sync_free"] = _sync_free(by_path["fast"], model, rng, context)
-        steps = {path: [] for path in by_path}
+            records += [_record(name, context, size, times, mode, decode=i == 0) for i, mode in enumerate(fast)]
+        steps = {path: [] for path in paths}
         for repeat in range(config.repeats + 2):
-            for path, cache in by_path.items():
+            for path, cache in paths.items():
                 elapsed = timer(partial(_draft_step, cache, random_tokens(model, 1, rng)))
                 cache.crop(context)
                 if repeat >= 2:
                     steps[path].append(elapsed)
-        draft_steps.append({"model": name, "context": context, "eager_ms": statistics.median(steps["eager"]),
-                            "fast_ms": statistics.median(steps["fast"])})
-    return {"records": records, "draft_steps": draft_steps, "prefill": prefills, "warmup_s": warmup_s,
-            "fast_mode": by_path["fast"].mode}  # "eager" after a failed capture (logged)
+        draft_steps += [{"model": name, "context": context, "fast_mode": mode, "eager_ms": statistics.median(steps["eager"]),
+                         "fast_ms": statistics.median(steps[mode])} for mode in fast]
+    return records, draft_steps
 
 
-def _record(name: str, context: int, size: int, times: dict[str, list[float]]) -> dict:
-    eager, fast = statistics.median(times["eager"]), statistics.median(times["fast"])
-    record = {"model": name, "context": context, "pass_tokens": size, "k": size - 1, "eager_ms": eager,
-              "fast_ms": fast, "speedup": eager / fast if fast > 0 else None,
-              "eager_ms_p90": _p90(times["eager"]), "fast_ms_p90": _p90(times["fast"])}
-    if times.get("decode"):
+def measure_prefill(name: str, model, paths: dict[str, object], config: PassesBenchConfig, timer: Timer,
+                    rng: torch.Generator) -> list[dict]:
+    """Cold prompts (nothing cached) read in one forward and in the decoder's 128-token chunks."""
+    rows = []
+    for context in config.prefill_contexts or config.contexts:
+        prompt = random_tokens(model, context, rng)
+        for chunk in (None, PREFILL_CHUNK):
+            ms = {path: _prefill_ms(cache, prompt, chunk, config.prefill_repeats, timer)
+                  for path, cache in paths.items()}
+            rows += [{"model": name, "context": context, "chunk": chunk or context, "fast_mode": mode,
+                      "eager_ms": ms["eager"], "fast_ms": ms[mode], "eager_tokens_per_s": context / ms["eager"] * 1000,
+                      "fast_tokens_per_s": context / ms[mode] * 1000} for mode in paths if mode != "eager"]
+    return rows
+
+
+def _prefill_ms(cache, prompt: list[int], chunk: int | None, repeats: int, timer: Timer) -> float:
+    times = []
+    for run in range(repeats + (repeats > 1)):  # more than one: the first is untimed
+        cache.crop(0)
+        elapsed = timer(partial(cache.prefill, prompt, chunk=chunk))
+        if repeats == 1 or run > 0:
+            times.append(elapsed)
+    return statistics.median(times)
+
+
+def _record(name: str, context: int, size: int, times: dict[str, list[float]], mode: str, decode: bool) -> dict:
+    eager, fast = statistics.median(times["eager"]), statistics.median(times[mode])
+    record = {"model": name, "context": context, "pass_tokens": size, "k": size - 1, "fast_mode": mode,
+              "eager_ms": eager, "fast_ms": fast, "speedup": eager / fast if fast > 0 else None,
+              "eager_ms_p90": _p90(times["eager"]), "fast_ms_p90": _p90(times[mode])}
+    if decode and times.get("decode"):  # with several fast paths, once: beside the first
         record["decode_ms"] = statistics.median(times["decode"])
         record["decode_speedup"] = eager / record["decode_ms"]
     return record
@@ -203,7 +205,7 @@ def _draft_step(cache, token: list[int]) -> int:
     return int(probs.argmax())
 
 
-def _sync_free(cache: StaticKVCache, model, rng: torch.Generator, context: int) -> bool | str:
+def _sync_free(cache, model, rng: torch.Generator, context: int) -> bool | str:
     """On CUDA: does a fast pass run with synchronising operations made errors? (Elsewhere: n/a.)"""
     if cache.device.type != "cuda":
         return "n/a (not CUDA)"
@@ -219,117 +221,135 @@ def _sync_free(cache: StaticKVCache, model, rng: torch.Generator, context: int) 
         cache.crop(context)
 
 
-def replay_decode(verifier, draft, replay: Replay, factory: Callable, context: int, new_tokens: int,
-                  rng: torch.Generator, timer: Timer) -> dict:
-    """Decode `new_tokens` like the decoder does — the prompt's forward gives the first token, then
-    draft → verify `[last, d1..dk]` → accept → crop — except that the number of drafts kept
-    follows the pattern of `replay.tau` instead of the random models' (dis)agreement."""
-    vcache = factory(verifier)
-    drafter = (DraftModelDrafter(draft, max_tokens=replay.draft_tokens, initial_length=replay.draft_tokens,
-                                 confidence_threshold=0.0, kv_factory=factory) if replay.draft_model else None)
-    prompt = random_tokens(verifier, context, rng)
-    vcache.prefill(prompt[:-1], chunk=None)
-    if drafter is not None:
-        drafter.kv.prefill(prompt[:-1], chunk=None)  # both caches warm with the context, as after a keystroke
-    greedy = SamplingParams()
-    passes, emitted = 0, []
-
-    def decode() -> None:
-        nonlocal passes
-        tokens = list(prompt)
-        logits, _ = vcache.prefill(tokens, chunk=None)
-        emitted.append(greedy_accept([], logits[None])[1])
-        tokens.append(emitted[-1])
-        while len(emitted) < new_tokens:
-            k = min(replay.draft_tokens, new_tokens - len(emitted) - 1)
-            if drafter is not None and k > 0:
-                drafts = drafter.propose(tokens, k, greedy).tokens[:k]
-            else:
-                drafts = random_tokens(verifier, k, rng)  # prompt lookup: drafts cost nothing
-            logits = vcache.forward([tokens[-1], *drafts])
-            _, token = greedy_accept(drafts, logits)  # the real decision and its one transfer
-            kept = min(k, _accepted(passes, replay.tau))
-            vcache.crop(len(tokens) + kept)
-            new = [*drafts[:kept], token]
-            tokens += new
-            emitted.extend(new)
-            passes += 1
-
-    elapsed = timer(decode)
-    return {"name": replay.name, "tau": replay.tau, "draft_tokens": replay.draft_tokens, "passes": passes + 1,
-            "new_tokens": len(emitted), "ms": elapsed}
-
-
-def _accepted(index: int, tau: float) -> int:
-    """Drafts kept in pass `index`: an even spread whose mean is τ − 1."""
-    return int((index + 1) * (tau - 1)) - int(index * (tau - 1))
-
-
-def run_passes_bench(config: PassesBenchConfig, progress: Callable[[str], None] = log.info) -> dict:
-    """Everything above, model by model (the draft model stays loaded for the replays)."""
+def run_passes_bench(config: PassesBenchConfig, progress: Callable[[str], None] = log.info,
+                     checkpoint: Callable[[dict], None] | None = None) -> dict:
+    """Everything above, model by model (the draft model and its caches stay for the replays);
+    `checkpoint` gets the result so far after each model."""
     from engine.bench.decode import environment
 
     kind = "quick" if config.quick else "full"
     verifiers = VERIFIERS[kind] if config.verifiers is None else config.verifiers
     for name in verifiers:
         config_for(name)  # an unknown name fails now, not after the draft model's figures
-    rng = torch.Generator().manual_seed(config.seed)
-    timer = Timer(config.device)
-    result: dict = {"environment": environment(), "config": _describe(config, verifiers),
-                    "records": [], "draft_steps": [], "prefill": [], "warmup_s": {}, "fast_mode_used": {},
-                    "replays": [], "ops": []}
+    started = time.perf_counter()
+
+    def say(text: str) -> None:
+        progress(f"[{time.perf_counter() - started:4.0f} s] {text}")
+
+    run = _Run(config, Timer(config.device), torch.Generator().manual_seed(config.seed), say)
+    result = run.result = {"environment": environment(), "config": _describe(config, verifiers), "records": [],
+                           "draft_steps": [], "prefill": [], "warmup_s": {}, "fast_mode_used": {}, "replays": [],
+                           "profiles": [], "ops": [], "errors": [], "seconds": {}}
     result["environment"].update(device=config.device, dtype=_precision(config))
     draft_name = DRAFT[kind]
-    progress(f"building {draft_name} (random weights)")
-    draft = build_model(draft_name, config.device, config.dtype, config.seed, config.weights)
     for name in (draft_name, *verifiers):
-        model = draft if name == draft_name else build_model(name, config.device, config.dtype, config.seed, config.weights)
-        if "times" in config.measure:
-            _time_model(name, model, draft if name != draft_name else None, config, timer, rng, result, progress)
-        if "ops" in config.measure:
-            progress(f"{name}: ops per pass, eager vs compiled (compiling)")
-            result["ops"] += measure_ops(name, model, min(config.contexts), config.ops_sizes, rng)
-        if name != draft_name:
-            del model
-            gc.collect()
-            if torch.device(config.device).type == "cuda":
-                torch.cuda.empty_cache()
+        model_started = time.perf_counter()
+        run.guarded(name, partial(run.model, name, draft_name))
+        result["seconds"][name] = time.perf_counter() - model_started
+        gc.collect()  # a verifier's weights and caches go before the next is built
+        if torch.device(config.device).type == "cuda":
+            torch.cuda.empty_cache()
+        if checkpoint is not None:
+            checkpoint(result)
+    if run.draft is not None:
+        run.guarded(f"{draft_name} (host sync check)", partial(run.check_sync, draft_name, run.draft, run.draft_paths))
     result["targets"] = targets(result) if torch.device(config.device).type == "cuda" else []
+    result["seconds"]["total"] = time.perf_counter() - started
     return result
 
 
-def _time_model(name: str, model, draft, config: PassesBenchConfig, timer: Timer, rng: torch.Generator,
-                result: dict, progress: Callable[[str], None]) -> None:
-    """Per-pass, draft-step and prefill timings into `result`; replayed decodes for a verifier."""
-    progress(f"{name}: passes, draft steps, prefill")
-    figures = measure_passes(name, model, config, timer, rng)
-    for key in ("records", "draft_steps", "prefill"):
-        result[key] += figures[key]
-    result["warmup_s"][name] = figures["warmup_s"]
-    result["fast_mode_used"][name] = figures["fast_mode"]
-    if draft is not None:
-        progress(f"{name}: replayed {config.new_tokens}-token decodes")
-        result["replays"] += _replays(name, model, draft, config, timer, rng)
+class _Run:
+    """One run's state: the timer and random tokens, the result so far, the draft model and its caches."""
 
+    def __init__(self, config: PassesBenchConfig, timer: Timer, rng: torch.Generator, say: Callable) -> None:
+        self.config, self.timer, self.rng, self.say = config, timer, rng, say
+        self.result: dict = {}
+        self.draft = None
+        self.draft_paths: dict[str, object] = {}
 
-def _replays(name: str, verifier, draft, config: PassesBenchConfig, timer: Timer, rng) -> list[dict]:
-    context = min(config.contexts)
-    fast_mode = config.resolved_fast_mode()
-    factories = {"eager": KVCache, "fast": lambda model: _warm(fast_cache(model, fast_mode))}
-    rows = []
-    for replay in config.replays:
-        runs = {path: replay_decode(verifier, draft, replay, factory, context, config.new_tokens, rng, timer)
-                for path, factory in factories.items()}
-        rows.append({"verifier": name, "context": context, "name": replay.name, "tau": replay.tau,
-                     "draft_tokens": replay.draft_tokens, "passes": runs["fast"]["passes"],
-                     "new_tokens": runs["fast"]["new_tokens"], "eager_ms": runs["eager"]["ms"],
-                     "fast_ms": runs["fast"]["ms"]})
-    return rows
+    def model(self, name: str, draft_name: str) -> None:
+        """Every figure `config.measure` asks for, of one model (kept, when it is the draft model)."""
+        config, result = self.config, self.result
+        self.say(f"building {name} (random weights)")
+        model = build_model(name, config.device, config.dtype, config.seed, config.weights)
+        paths = self.open_paths(name, model) if {"times", "profile"} & set(config.measure) else {}
+        if name == draft_name:
+            self.draft, self.draft_paths = model, paths
+        if "times" in config.measure:
+            self.say(f"{name}: passes, draft steps, prefill")
+            records, steps = measure_passes(name, model, paths, config, self.timer, self.rng)
+            result["records"] += records
+            result["draft_steps"] += steps
+            result["prefill"] += measure_prefill(name, model, paths, config, self.timer, self.rng)
+            if name != draft_name and self.draft is not None:
+                self.say(f"{name}: replayed {config.new_tokens}-token decodes")
+                result["replays"] += self.replays(name, model, paths)
+        if "profile" in config.measure:
+            self.say(f"{name}: one pass of each path under the profiler")
+            result["profiles"] += profile_paths(name, model, paths, min(config.contexts), config.ops_sizes, self.rng)
+        if "ops" in config.measure:
+            self.say(f"{name}: ops per pass, eager vs compiled (compiling)")
+            result["ops"] += measure_ops(name, model, min(config.contexts), config.ops_sizes, self.rng)
+        if name != draft_name:
+            self.check_sync(name, model, paths)
 
+    def check_sync(self, name: str, model, paths: dict[str, object]) -> None:
+        """On CUDA, a short pass of each fast path with synchronising operations made errors, once no
+        figure depends on its caches any more (the draft model's: at the end of the run), so that a
+        check that fails halfway through a pass cannot disturb one."""
+        for record in self.result["records"]:
+            if record["model"] == name and record["pass_tokens"] == 1:
+                cache, context = paths[record["fast_mode"]], record["context"]
+                if cache.device.type != "cuda":
+                    record["host_sync_free"] = "n/a (not CUDA)"
+                    continue
+                cache.prefill(random_tokens(model, context, self.rng), chunk=None)
+                record["host_sync_free"] = _sync_free(cache, model, self.rng, context)
 
-def _warm(cache):
-    cache.warm()
-    return cache
+    def guarded(self, what: str, work: Callable[[], None]) -> None:
+        """`work()`; with keep_going, an exception is an entry in "errors" and the run goes on."""
+        try:
+            work()
+        except Exception as error:  # noqa: BLE001 — with keep_going, one figure lost is not the run lost
+            if not self.config.keep_going:
+                raise
+            log.exception("%s failed", what)
+            self.result["errors"].append(f"{what}: {type(error).__name__}: {error}")
+
+    def open_paths(self, name: str, model) -> dict[str, object]:
+        """The eager cache and each fast path's, warmed; with keep_going, a path that fails to warm
+        is an error and the others go on."""
+        paths: dict[str, object] = {"eager": KVCache(model)}
+        warmup, used = self.result["warmup_s"].setdefault(name, {}), self.result["fast_mode_used"].setdefault(name, {})
+        for mode in self.config.resolved_fast_modes():
+            self.say(f"{name}: warming the {mode} path")
+
+            def warm(mode: str = mode) -> None:
+                paths[mode], warmup[mode] = open_fast_path(model, mode, self.config)
+                used[mode] = paths[mode].mode  # "eager" after a failed capture (logged)
+
+            self.guarded(f"{name} {mode} (warming)", warm)
+        return paths
+
+    def replays(self, name: str, verifier, paths: dict[str, object]) -> list[dict]:
+        """Each replay on the eager path (fresh dynamic caches) and on each fast path (its warmed caches)."""
+        config, context = self.config, min(self.config.contexts)
+        rows = []
+        for replay in config.replays:
+            def run(factory, replay=replay):
+                return replay_decode(verifier, self.draft, replay, factory, context, config.new_tokens, self.rng,
+                                     self.timer)
+
+            eager = run(KVCache)
+            for mode in paths:
+                if mode == "eager" or (replay.draft_model and mode not in self.draft_paths):
+                    continue
+                caches = {id(verifier): paths[mode], id(self.draft): self.draft_paths.get(mode)}
+                fast = run(lambda model, caches=caches: caches[id(model)])
+                rows.append({"verifier": name, "context": context, "name": replay.name, "tau": replay.tau,
+                             "draft_tokens": replay.draft_tokens, "fast_mode": mode, "passes": fast["passes"],
+                             "new_tokens": fast["new_tokens"], "eager_ms": eager["ms"], "fast_ms": fast["ms"]})
+        return rows
 
 
 def _precision(config: PassesBenchConfig) -> str:
@@ -337,38 +357,11 @@ def _precision(config: PassesBenchConfig) -> str:
 
 
 def _describe(config: PassesBenchConfig, verifiers) -> dict:
-    return {"device": config.device, "dtype": _precision(config), "quick": config.quick,
+    return {"preset": config.preset, "device": config.device, "dtype": _precision(config), "quick": config.quick,
             "draft": DRAFT["quick" if config.quick else "full"], "verifiers": list(verifiers),
             "contexts": list(config.contexts), "pass_tokens": list(config.sizes), "repeats": config.repeats,
-            "fast_mode": config.resolved_fast_mode(), "new_tokens": config.new_tokens,
+            "fast_modes": list(config.resolved_fast_modes()), "new_tokens": config.new_tokens,
             "measure": list(config.measure), "ops_sizes": list(config.ops_sizes),
+            "prefill_contexts": list(config.prefill_contexts or config.contexts),
+            "prefill_repeats": config.prefill_repeats, "compiled_buckets": list(config.compiled_buckets),
             "replays": [r.__dict__ for r in config.replays]}
-
-
-def targets(result: dict) -> list[dict]:
-    """The issue's H200 targets, each with the measured value."""
-    def record(model, context, size):
-        return next((r for r in result["records"]
-                     if r["model"] == model and r["context"] == context and r["pass_tokens"] == size), None)
-
-    rows = []
-    verify = record("qwen2.5-coder-1.5b", 512, 8)
-    if verify:
-        rows.append(_target("1.5B pass, k+1 = 8, 512 context: fast ≤ 3 ms", verify["fast_ms"], verify["fast_ms"] <= 3))
-        rows.append(_target("… and ≥ 5× faster than eager", verify["speedup"], verify["speedup"] >= 5))
-    step = next((d for d in result["draft_steps"] if d["model"] == "qwen2.5-coder-0.5b" and d["context"] == 512), None)
-    if step:
-        rows.append(_target("0.5B draft token ≤ 1.5 ms", step["fast_ms"], step["fast_ms"] <= 1.5))
-    replay = next((r for r in result["replays"] if r["verifier"] == "qwen2.5-coder-1.5b" and r["name"] == "draft"), None)
-    if replay:
-        rows.append(_target("64 tokens at τ = 3 (1.5B + 0.5B draft) ≤ 40 ms", replay["fast_ms"], replay["fast_ms"] <= 40))
-        # A keystroke on a warm cache feeds its token with the first draft, then decodes: the replay,
-        # plus the server's own time (a type-through answer, all protocol and no model: ~3 ms).
-        projected = replay["fast_ms"] + SERVER_OVERHEAD_MS
-        rows.append(_target("projected session p50 (that completion + 3 ms of server) ≤ 50 ms", projected,
-                            projected <= 50))
-    return rows
-
-
-def _target(text: str, value: float, met: bool) -> dict:
-    return {"target": text, "value": value, "met": bool(met)}

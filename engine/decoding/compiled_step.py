@@ -7,9 +7,10 @@ whatever the model (docs/benchmarks.md, GPU check). Here a pass runs `StaticQwen
 `mode="reduce-overhead"` replays the result as a CUDA graph.
 
 Every compiled graph has fixed shapes (`dynamic=False`): a pass of n ≤ 16 tokens is padded to
-the next of 1, 2, 4, 8, 16 tokens, and attends over the first `attend` positions of the cache, a
-power of two from 256 up: a 500-token context reads 512 positions, not the whole 4,096-position
-buffer. Each (pass size, attended length) compiles once, on first use (or in `warm`).
+the next of 1, 2, 4, 8, 16 tokens (or of the `buckets` given: fewer graphs to compile; a pass
+longer than the largest runs uncompiled), and attends over the first `attend` positions of the
+cache, a power of two from 256 up: a 500-token context reads 512 positions, not the whole
+4,096-position buffer. Each (pass size, attended length) compiles once, on first use (or in `warm`).
 Longer passes (prompt chunks) run the same step uncompiled, with exactly their tokens.
 A pass attends over keys the cache no longer holds (cropped, padding, zeros): the causal mask
 of each row's position keeps them out, so only live keys count.
@@ -63,7 +64,8 @@ class CompiledKVCache(KVCache):
     """Feeding prompts is KVCache's; storing keys and values by position and running passes is this
     class's: padded, through the compiled step (or, `compiled=False`, the same step uncompiled)."""
 
-    def __init__(self, model, *, compiled: bool = True, capacity: int | None = None) -> None:
+    def __init__(self, model, *, compiled: bool = True, capacity: int | None = None,
+                 buckets: tuple[int, ...] = BUCKETS) -> None:
         config = model.config
         self.model = model
         self.device = next(model.parameters()).device
@@ -71,6 +73,10 @@ class CompiledKVCache(KVCache):
         self.tokens: list[int] = []
         self.step = StaticQwen2(model, min(capacity or DEFAULT_CAPACITY, self.max_positions + BUCKETS[-1]))
         self.compiled = compiled
+        # Pass sizes with a graph each; a longer pass runs the step uncompiled (fewer graphs to compile).
+        self.buckets = tuple(sorted(buckets))
+        if not self.buckets or self.buckets[-1] > BUCKETS[-1]:
+            raise ValueError(f"compiled pass sizes must lie within 1..{BUCKETS[-1]}, not {buckets}")
         self.mode = "compiled" if compiled else "uncompiled"  # as benchmarks name the fast path
         # Uncompiled, the same padded passes run the plain step: what the tests compare cheaply.
         self.padded_step = compile_step(self.step) if compiled else self.step
@@ -103,7 +109,7 @@ class CompiledKVCache(KVCache):
         if should_stop is not None and should_stop():
             raise PassCancelled()
         start = len(self.tokens)
-        if n <= BUCKETS[-1]:
+        if n <= self.buckets[-1]:
             logits = self._padded_pass(new_tokens, start)[n - keep:n]
         else:
             positions = torch.arange(start, start + n, device=self.device)
@@ -115,25 +121,29 @@ class CompiledKVCache(KVCache):
     def _padded_pass(self, new_tokens: list[int], start: int) -> torch.Tensor:
         """The next bucket's compiled graph; padding rows write keys past the new length (stale,
         masked, overwritten later) and their logits are dropped."""
-        size = next(size for size in BUCKETS if size >= len(new_tokens))
+        size = next(size for size in self.buckets if size >= len(new_tokens))
         ids = cuda_graphs.upload(new_tokens + [0] * (size - len(new_tokens)), self.device)
         positions = torch.arange(start, start + size, device=self.device)
         if self.compiled and self.device.type == "cuda":
             torch.compiler.cudagraph_mark_step_begin()  # the last replay's output was copied out
         return self.padded_step(ids, positions, attended_length(start + size, self.capacity))
 
-    def warm(self, sizes: tuple[int, ...] = BUCKETS, contexts: tuple[int, ...] = (0,)) -> float:
-        """Compile the graphs for passes of `sizes` tokens after `contexts` tokens; returns the seconds.
+    def warm(self, sizes: tuple[int, ...] | None = None, contexts: tuple[int, ...] = (0,)) -> float:
+        """Compile the graphs for passes of `sizes` tokens (default: every bucket) after `contexts`
+        tokens; returns the seconds.
 
         Runs at positions past the live tokens, so the cache's contents do not change.
         """
         started = time.perf_counter()
+        # On CUDA a graph's first run is a warm-up, its second is recorded: the third replays.
+        runs = 3 if self.device.type == "cuda" else 1
         if self.compiled:
             with torch.inference_mode():
                 for context in contexts:
-                    for size in sizes:
+                    for size in sizes or self.buckets:
                         self._ensure_capacity(context + size)
-                        self._padded_pass([0] * size, max(context, len(self.tokens)))
+                        for _ in range(runs):
+                            self._padded_pass([0] * size, max(context, len(self.tokens)))
             cuda_graphs.synchronize(self.device)
         return time.perf_counter() - started
 

@@ -7,7 +7,8 @@ session — what a user feels: a headless LSP client types into `quickdraft serv
           measures every inline completion (lsp_server/bench/session.py).
 passes  — what one forward pass costs, eager vs static cache + CUDA graphs (or the compiled step),
           with random-weight models of the exact Qwen2.5-Coder shapes (engine/bench/passes.py), and
-          with --measure ops the ops per pass, eager vs compiled; writes passes.json.
+          with --measure ops the ops per pass, eager vs compiled; writes passes.json; --device-run:
+          the GPU session's one command, captured and compiled side by side (lsp_server/cli/bench_passes.py).
 quality — are completions right: exact match, edit similarity, stray whitespace, parse
           validity, quickdraft side by side with the raw model (engine/bench/quality.py).
 crossfile — holes that need a name from another file, and control holes, without and with
@@ -28,6 +29,7 @@ from lsp_server.cli.bench_args import add_common as _common
 from lsp_server.cli.bench_args import comma_list as _csv
 from lsp_server.cli.bench_args import pick as _pick
 from lsp_server.cli.bench_args import report as _report
+from lsp_server.cli.bench_passes import add_parser as add_passes
 
 log = logging.getLogger(__name__)
 
@@ -115,25 +117,7 @@ def add_parsers(sub) -> None:
     first.add_argument("--out", default="bench-out", help="folder for first-completion.json (default bench-out)")
     first.set_defaults(handler=run_first_completion)
 
-    passes = kinds.add_parser("passes", help="per-pass cost with random-weight Qwen2.5-Coder shapes: eager vs static "
-                                             "cache (+ CUDA graphs on CUDA); no download needed")
-    passes.add_argument("--quick", action="store_true",
-                        help="small model shapes, short contexts, 32-token replays (a CPU test run)")
-    passes.add_argument("--device", help="cpu | cuda | cuda:N (default: cuda when available)")
-    passes.add_argument("--dtype", help="bfloat16 | float16 | float32 | int8 | int4 (CPU) (default: bf16 on CUDA, fp32 on the CPU)")
-    passes.add_argument("--out", default="bench-out", help="folder for passes.json (default bench-out)")
-    passes.add_argument("--verifiers", help="comma-separated shapes (default qwen2.5-coder-1.5b,qwen2.5-coder-7b; "
-                                            "'none': the draft qwen2.5-coder-0.5b alone, which always runs)")
-    passes.add_argument("--contexts", help="comma-separated context lengths (default 512,2048; --quick 32,128)")
-    passes.add_argument("--repeats", type=int, help="timed passes per figure, the median counts (default 20; --quick 2)")
-    passes.add_argument("--fast-mode", choices=("graphs", "bucketed", "eager", "compiled"),
-                        help="static cache mode measured as 'fast' (default graphs on CUDA, bucketed elsewhere), "
-                             "or 'compiled': the compiled decode step (torch.compile, one graph per shape)")
-    passes.add_argument("--measure", default="times",
-                        help="comma-separated: times (per-pass timings, replays) and/or ops (ATen ops and compiled "
-                             "kernels per pass, eager vs the compiled step, CPU only; compiles each model) "
-                             "(default times)")
-    passes.set_defaults(handler=run_passes)
+    add_passes(kinds)
 
     quality = kinds.add_parser("quality", help="completion quality on holes cut from installed code, vs the raw model")
     _common(quality)
@@ -298,56 +282,6 @@ def run_first_completion(args: argparse.Namespace) -> int:
         print(f"quickdraft: {error}", file=sys.stderr)
         return 2
     return _report(result, format_table(result), Path(args.out) / "first-completion.json")
-
-
-def run_passes(args: argparse.Namespace) -> int:
-    from engine.bench.passes import PassesBenchConfig, run_passes_bench
-    from engine.bench.passes_table import format_table
-    from engine.errors import QuickdraftError
-    from engine.models.loading import parse_device, parse_precision
-
-    device = parse_device(args.device)  # a clear error when CUDA is asked for and missing
-    dtype, weights = parse_precision(args.dtype or ("float32" if device.type == "cpu" else None), device)
-    if args.fast_mode == "graphs" and device.type != "cuda":
-        raise QuickdraftError("--fast-mode graphs needs --device cuda; use bucketed or eager on this device")
-    measure = _measures(args.measure)
-    if "ops" in measure and device.type != "cpu":
-        raise QuickdraftError("--measure ops counts on the CPU (compiled passes on CUDA replay graphs); add --device cpu")
-    try:
-        contexts = tuple(int(c) for c in args.contexts.split(",")) if args.contexts else None
-    except ValueError:
-        raise QuickdraftError(f"--contexts takes comma-separated token counts, not {args.contexts!r}") from None
-    config = PassesBenchConfig(
-        device=str(device), dtype=dtype, weights=weights, quick=args.quick,
-        verifiers=_verifiers(args.verifiers),
-        contexts=contexts or ((32, 128) if args.quick else (512, 2048)),
-        repeats=_pick(args.repeats, args.quick, 2, 20), fast_mode=args.fast_mode,
-        new_tokens=32 if args.quick else 64, measure=measure,
-    )
-    try:
-        result = run_passes_bench(config, progress=lambda text: print(text, file=sys.stderr))
-    except ValueError as error:  # an unknown shape name, a context beyond the model's
-        raise QuickdraftError(str(error)) from None
-    return _report(result, format_table(result), Path(args.out) / "passes.json")
-
-
-
-
-def _measures(text: str) -> tuple[str, ...]:
-    from engine.errors import QuickdraftError
-
-    measures = tuple(part.strip() for part in text.split(",") if part.strip())
-    if not measures or set(measures) - {"times", "ops"}:
-        raise QuickdraftError(f"--measure takes times, ops or times,ops; not {text!r}")
-    return measures
-
-
-def _verifiers(text: str | None) -> tuple[str, ...] | None:
-    if text is None:
-        return None
-    return tuple(name.strip() for name in text.split(",") if name.strip() and name.strip() != "none")
-
-
 
 
 def run_quality(args: argparse.Namespace) -> int:

@@ -20,9 +20,9 @@ def test_quick_run_writes_every_figure(tmp_path, capsys):
     assert cli_main(["bench", "passes", "--quick", "--out", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "passes.json").read_text())
     config = result["config"]
-    assert config["fast_mode"] == "bucketed" and config["device"] == "cpu"
+    assert config["fast_modes"] == ["bucketed"] and config["device"] == "cpu"
     models = [config["draft"], *config["verifiers"]]
-    assert result["fast_mode_used"] == {m: "bucketed" for m in models}
+    assert result["fast_mode_used"] == {m: {"bucketed": "bucketed"} for m in models}
     expected = {(m, c, k) for m in models for c in config["contexts"] for k in (1, 2, 4, 8, 16)}
     assert {(r["model"], r["context"], r["pass_tokens"]) for r in result["records"]} == expected
     assert all(r["eager_ms"] > 0 and r["fast_ms"] > 0 for r in result["records"])

@@ -83,6 +83,15 @@ def test_the_uncompiled_step_equals_eager_while_the_cache_grows_and_is_cropped(m
     assert cache.capacity > 48
 
 
+def test_fewer_buckets_pad_further_and_run_longer_passes_unpadded(model):
+    """Buckets (1, 8): a 5-token pass pads to 8, a 9..16-token pass runs the plain step; both exact."""
+    cache = CompiledKVCache(model, compiled=False, buckets=(8, 1))
+    assert cache.buckets == (1, 8)
+    run_script(model, cache, script=((20, 22), (5, 24), (12, 30), (1, 31), (16, 40)))
+    with pytest.raises(ValueError, match="within 1..16"):
+        CompiledKVCache(model, compiled=False, buckets=(1, 32))
+
+
 def test_a_cancelled_pass_leaves_the_cache_as_it_was(model):
     cache = CompiledKVCache(model, compiled=False)
     cache.forward([1, 2, 3])
