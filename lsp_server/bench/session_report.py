@@ -72,6 +72,7 @@ def figures(run: ReportedSession, records: Sequence, typed_chars: int) -> dict:
         "parses_of_shown": round(sum(parsed) / len(parsed), 4) if parsed else None,
         "server_matched": sum(r.server is not None for r in answered),
         "model_requests": len(model),
+        "model_answers_without_pass": without_pass(server_model),
         "typethrough_requests": sum((r.server or {}).get("source") == "typethrough" for r in answered),
         "prefill_tokens": spread([s.get("prefill_tokens", 0) for s in server_model]),
         "prompt_tokens": spread([s.get("prompt_tokens", 0) for s in server_model]),
@@ -89,6 +90,12 @@ def figures(run: ReportedSession, records: Sequence, typed_chars: int) -> dict:
         "server_status": run.status.get("message"),
         "server_stats": {k: v for k, v in (run.final_stats or {}).items() if k != "recent"},
     }
+
+
+def without_pass(server_model: Sequence[dict]) -> float | None:
+    """The share of the model's answers that came at their deadline before one verifier pass ended:
+    near 1, no pass fits the budget on this machine now, and the quality figures say so, not the model."""
+    return round(sum(not s.get("verifier_passes") for s in server_model) / len(server_model), 4) if server_model else None
 
 
 def by_language(run: ReportedSession) -> dict:
@@ -203,7 +210,33 @@ def format_table(result: dict) -> str:
     config = result["config"]
     typing = f"{config['typing_cps']} chars/s, debounce {config['debounce_ms']:.0f} ms"
     return "\n".join([*text_table(rows), *language_table(result["modes"]), *collector_lines(result["modes"]),
+                      *too_slow_lines(result["modes"]),
                       f"{machine_line(result['environment'])}; {typing}"])
+
+
+# A session where at least this share of the model's answers, and this many, ran no verifier pass
+# gets a warning line (the first answer after a jump may well have none: one is no sign).
+PASSLESS_WARNING_SHARE = 0.5
+PASSLESS_WARNING_ANSWERS = 5
+
+
+def too_slow_lines(modes: Sequence[dict]) -> list[str]:
+    """A warning per session whose model answers mostly ran no verifier pass by their deadline: the
+    machine (busy with other work, or slow) did not fit a pass in the budget, so every figure but
+    latency measures that; with the server's own reading speed where it warmed a prompt."""
+    lines = []
+    for s in modes:
+        share = s.get("model_answers_without_pass")
+        if share is None or share < PASSLESS_WARNING_SHARE or share * s["model_requests"] < PASSLESS_WARNING_ANSWERS:
+            continue
+        warmed = [w for w in ((s.get("server_stats") or {}).get("warming") or {}).get("recent") or []
+                  if w.get("fed_tokens") and w.get("ms")]
+        per_s = sum(w["fed_tokens"] for w in warmed) / sum(w["ms"] for w in warmed) * 1000 if warmed else None
+        speed = f"; the server read the prompt at {per_s:.0f} tokens/s while warming" if per_s else ""
+        lines.append(f"WARNING {s['name']}: {share * 100:.0f} % of the model's {s['model_requests']} answers came at "
+                     f"their deadline before one verifier pass{speed}: no pass fits the {s['budget_ms']:.0f} ms budget "
+                     "on this machine now (busy or slow), so shown, exact and keys shown measure the machine, not the model")
+    return lines
 
 
 def collector_lines(modes: Sequence[dict]) -> list[str]:
