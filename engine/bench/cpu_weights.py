@@ -21,11 +21,13 @@ import torch
 
 from engine.decoding.kv import KVCache
 from engine.models.cpu_attention import use_decode_attention
-from engine.models.quantize import QuantizedLinear, quantize_weights
+from engine.models.quantize import Int8Linear, QuantizedLinear, quantize_weights
 
 log = logging.getLogger(__name__)
 
 FLOAT = "float"  # the float weights: the activations' dtype
+# int8 weights as the engine read them until 2026-12-07: the kernel fed the model's float32 rows.
+INT8_FLOAT32_ROWS = "int8-f32rows"
 
 
 @dataclass
@@ -37,7 +39,11 @@ class WeightsBenchConfig:
     sizes: tuple[int, ...] = (1, 2, 4, 8)  # tokens a pass feeds: k + 1
     repeats: int = 9
     seed: int = 0
-    baseline: tuple[str, str] = ("qwen2.5-coder-0.5b", "int8")  # the ratios' denominator
+
+    @property
+    def baseline(self) -> tuple[str, str]:
+        """The ratios' denominator: the first model (the draft) in int8, or in its first format."""
+        return self.models[0], "int8" if "int8" in self.formats else self.formats[0]
 
 
 def weight_bytes(model: torch.nn.Module) -> int:
@@ -57,7 +63,11 @@ def with_format(model: torch.nn.Module, weights: str) -> torch.nn.Module:
     if weights == FLOAT:
         return model
     variant = copy.deepcopy(model, memo={id(p): p for p in model.parameters()})
-    quantize_weights(variant, weights)
+    quantize_weights(variant, weights.removesuffix("-f32rows"))
+    if weights == INT8_FLOAT32_ROWS:
+        for module in variant.modules():
+            if isinstance(module, Int8Linear):
+                module.rows_dtype = torch.float32
     return variant
 
 

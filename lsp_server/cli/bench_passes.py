@@ -38,6 +38,11 @@ def add_parser(kinds) -> None:
                         help="the GPU session's one command: captured and compiled paths side by side for the 0.5B, "
                              "1.5B and 7B shapes, replays, a cold 2,300-token prompt, profiled passes, issue 39's "
                              "targets; writes device-run.json, prints markdown (--quick: tiny shapes, on the CPU)")
+    passes.add_argument("--compare-weights", metavar="FORMATS",
+                        help="CPU: the 0.5B and 1.5B shapes (or --verifiers) in each weight format, comma-separated "
+                             "from int8, int4, float (the --dtype activations) and int8-f32rows (int8 as read before "
+                             "2026-12-07), passes of 1, 2, 4 and 8 tokens "
+                             "side by side; writes weights.json")
     passes.set_defaults(handler=run_passes)
 
 
@@ -53,6 +58,8 @@ def run_passes(args: argparse.Namespace) -> int:
         raise QuickdraftError("--fast-mode graphs needs --device cuda; use bucketed or eager on this device")
     if args.device_run:
         return _device_run(args, device, dtype, weights)
+    if args.compare_weights:
+        return _compare_weights(args, device, dtype)
     measure = _measures(args.measure or "times")
     if "ops" in measure and device.type != "cpu":
         raise QuickdraftError("--measure ops counts on the CPU (compiled passes on CUDA replay graphs); add --device cpu")
@@ -100,6 +107,26 @@ def _device_run(args: argparse.Namespace, device, dtype, weights: str | None) ->
         raise QuickdraftError(str(error)) from None
     _report(result, format_table(result, markdown=True), path)
     return 1 if result["errors"] else 0
+
+
+def _compare_weights(args: argparse.Namespace, device, dtype) -> int:
+    from engine.bench.cpu_weights import FLOAT, INT8_FLOAT32_ROWS, WeightsBenchConfig, format_weights_table, run_weights_bench
+    from engine.errors import QuickdraftError
+    from engine.models.loading import WEIGHT_FORMATS
+
+    formats = tuple(part.strip() for part in args.compare_weights.split(",") if part.strip())
+    if not formats or set(formats) - {*WEIGHT_FORMATS, FLOAT, INT8_FLOAT32_ROWS}:
+        raise QuickdraftError(f"--compare-weights takes int8, int4, float and/or {INT8_FLOAT32_ROWS}, comma-separated; "
+                              f"not {args.compare_weights!r}")
+    if device.type != "cpu":
+        raise QuickdraftError("--compare-weights measures CPU weight formats; add --device cpu")
+    config = WeightsBenchConfig(formats=formats, dtype=dtype, repeats=_pick(args.repeats, args.quick, 2, 9))
+    if args.verifiers:
+        config.models = (config.models[0], *(_verifiers(args.verifiers) or ()))
+    if args.quick:
+        config.models, config.context, config.sizes = ("quick-draft", "quick-verifier"), 32, (1, 4)
+    result = run_weights_bench(config, progress=lambda text: print(text, file=sys.stderr))
+    return _report(result, format_weights_table(result), Path(args.out) / "weights.json")
 
 
 def _measures(text: str) -> tuple[str, ...]:

@@ -29,8 +29,9 @@ def test_rounding_moves_no_weight_more_than_half_a_step(shape):
     assert q.qweight.dtype == torch.int8 and q.qweight.abs().max() <= 127
     # Half a step, give or take float32's rounding of the division and the product.
     assert ((q.dequantized() - weight).abs() <= step / 2 + 4 * torch.finfo(torch.float32).eps * weight.abs()).all()
-    # The largest weight of each row is exact: that is what its scale is made of.
-    assert (q.qweight.abs().amax(dim=1) == 127).all()
+    # The largest weight of each row takes the top code (or the one below: the scale is rounded
+    # up to what the kernel reads).
+    assert (q.qweight.abs().amax(dim=1) >= 126).all()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -42,8 +43,9 @@ def test_the_layer_computes_with_its_dequantized_weights(dtype, rows):
     reference = x.float() @ q.dequantized().T + layer.bias.float()
     got = q(x)
     assert got.shape == (2, rows, 96) and got.dtype == dtype
-    # One rounding of the output, plus the sum's rounding in the activation dtype.
-    tolerance = 4 * torch.finfo(dtype).eps * (x.float().abs() @ q.dequantized().abs().T + layer.bias.float().abs())
+    # The rows' rounding to the kernel's dtype, one rounding of the output, the sum's rounding.
+    tolerance = 4 * torch.finfo(Int8Linear.rows_dtype).eps * (x.float().abs() @ q.dequantized().abs().T
+                                                               + layer.bias.float().abs())
     assert ((got.float() - reference).abs() <= tolerance + 1e-6).all()
 
 

@@ -1,0 +1,108 @@
+"""4-bit weights (engine/kernels/cpu_int4.py, engine/models/quantize.py): the format, the
+kernel against the weights it stores, the loading, and exact speculative decoding on them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.decoding.decoder import GenerationConfig, SpeculativeDecoder
+from engine.drafters import DrafterConfig, make_drafter
+from engine.errors import ModelError
+from engine.kernels import cpu_int4
+from engine.models.loading import load_model, parse_precision
+from engine.models.quantize import Int4Linear, float_weights, pass_prompt_tokens, quantize_weights
+from engine.models.tiny import write_tiny_model
+
+pytestmark = pytest.mark.skipif(cpu_int4.why_unavailable() is not None, reason=str(cpu_int4.why_unavailable()))
+
+
+def weights(rows: int, width: int, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(rows, width, generator=generator) * 0.02
+
+
+@pytest.mark.parametrize("shape", [(8, 128), (37, 896), (300, 1536)])
+def test_each_weight_lands_within_half_a_step_of_its_group_grid(shape):
+    w = weights(*shape)
+    blocks = cpu_int4.quantize(w, rows_at_once=16)  # several chunks: the chunking keeps rows in place
+    codes = torch.stack([blocks.codes & 0x0F, blocks.codes >> 4])
+    assert codes.max() <= cpu_int4.CODE_MAX
+    groups = w.reshape(shape[0], -1, cpu_int4.GROUP)
+    step = (groups.amax(-1) - groups.amin(-1).clamp(max=0)) / cpu_int4.CODE_MAX
+    error = (cpu_int4.dequantize(blocks) - w).reshape_as(groups).abs().amax(-1)
+    # Half a step, plus how far the 8-bit group scale and offset's rounding (half a block unit
+    # each) move the grid: the scale's over 15 codes, the offset's once.
+    block_scale, block_offset = (blocks.block_scales[..., i].repeat_interleave(4, dim=1) for i in (0, 1))
+    assert (error <= step / 2 + 8 * block_scale + block_offset + 1e-7).all()
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 9])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_kernel_computes_with_the_stored_weights_and_int8_rows(rows, dtype):
+    """Its one approximation: each block of 128 inputs is rounded to int8, moving each input at most
+    half its block's step, so the output moves at most that times the block's absolute weights."""
+    w = weights(45, 640, seed=rows)
+    blocks = cpu_int4.quantize(w)
+    dequantized = cpu_int4.dequantize(blocks)
+    x = torch.randn(rows, 640, generator=torch.Generator().manual_seed(7)).to(dtype)
+    got = cpu_int4.matmul(x, blocks)
+    assert got.dtype == dtype and got.shape == (rows, 45)
+    xf = x.float()
+    exact = xf @ dequantized.T
+    step = xf.reshape(rows, -1, cpu_int4.BLOCK).abs().amax(-1) / 127  # [rows, blocks]
+    weight_mass = dequantized.abs().reshape(45, -1, cpu_int4.BLOCK).sum(-1)  # [out, blocks]
+    bound = (step / 2) @ weight_mass.T
+    float_slack = 1e-5 * (xf.abs() @ dequantized.abs().T) + (exact.abs() * 2 ** -7 if dtype == torch.bfloat16 else 0)
+    assert ((got.float() - exact).abs() <= bound + float_slack).all()
+
+
+def test_the_kernel_refuses_what_it_cannot_read():
+    blocks = cpu_int4.quantize(weights(4, 256))
+    with pytest.raises(RuntimeError, match="multiple of 128"):
+        cpu_int4.kernel().int4_matmul(torch.randn(1, 200), blocks.codes[:, :100], blocks.group_scales, blocks.block_scales)
+    with pytest.raises(RuntimeError, match="scales do not match"):
+        cpu_int4.kernel().int4_matmul(torch.randn(1, 256), blocks.codes, blocks.group_scales[:2], blocks.block_scales)
+
+
+def test_an_int4_layer_reads_its_float_weights_on_prompt_chunks():
+    layer = torch.nn.Linear(256, 24, bias=True)
+    model = torch.nn.Sequential(layer)
+    assert quantize_weights(model, "int4") == 1
+    quantized = model[0]
+    assert isinstance(quantized, Int4Linear) and quantized.weight is layer.weight
+    x = torch.randn(3, 256)
+    with float_weights(model):
+        assert torch.equal(model(x), layer(x))
+    assert torch.allclose(model(x), x @ quantized.dequantized().T + layer.bias, atol=0.05)
+    assert pass_prompt_tokens(model) is not None
+
+
+@pytest.fixture(scope="module")
+def wide_tiny_model_dir(tmp_path_factory):
+    """A tiny model whose layers are all 128 wide or more: every one of them takes 4-bit weights."""
+    return write_tiny_model(tmp_path_factory.mktemp("wide-tiny"), hidden_size=128)
+
+
+def test_dtype_int4_loads_int4_weights_and_says_so(wide_tiny_model_dir):
+    loaded = load_model(str(wide_tiny_model_dir), dtype="int4", device="cpu")
+    assert loaded.weights == "int4" and loaded.precision.startswith("int4 weights, ")
+    linears = [m for m in loaded.model.modules() if isinstance(m, (torch.nn.Linear, Int4Linear))]
+    assert linears and all(isinstance(m, Int4Linear) for m in linears)
+    with pytest.raises(ModelError, match="int4 weights are for the CPU"):
+        parse_precision("int4", torch.device("cuda"))
+
+
+@pytest.mark.parametrize("drafter", ["draft", "lookup"])
+def test_speculative_decoding_on_int4_weights_is_exact(wide_tiny_model_dir, drafter):
+    """The output equals the same model's plain decoding: drafts from one-row passes, verified in
+    passes of several rows, the kernel's two shapes."""
+    loaded = load_model(str(wide_tiny_model_dir), dtype="int4", device="cpu")
+    prompt = loaded.tokenizer("def add(a, b):\n    return a + b\n" * 3, add_special_tokens=False)["input_ids"]
+    config = GenerationConfig(max_new_tokens=40, max_draft_tokens=5, pass_prompt_tokens=pass_prompt_tokens(loaded.model))
+    with torch.inference_mode():
+        plain = SpeculativeDecoder(loaded.model, None).generate(prompt, config)
+        drafts = make_drafter(drafter, loaded.model, DrafterConfig(max_draft_tokens=5), verifier=loaded.model)
+        speculative = SpeculativeDecoder(loaded.model, drafts).generate(prompt, config)
+    assert speculative.token_ids == plain.token_ids
+    assert speculative.stats.accepted > 0
