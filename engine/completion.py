@@ -25,7 +25,7 @@ from engine.decoding.verify import SamplingParams
 from engine.drafters import DrafterConfig, make_drafter
 from engine.errors import ModelError, PromptError
 from engine.medusa.store import find_heads
-from engine.models.loading import LoadedModel, check_pair, load_model, parse_device
+from engine.models.loading import LoadedModel, check_pair, cpu_weights, load_model, parse_device
 from engine.models.quantize import ROWS_PER_READ, pass_prompt_tokens
 from engine.modes import check_drafter, needs_draft_model
 from engine.stats import DecodeStats
@@ -194,7 +194,7 @@ class CompletionEngine:
         if drafter == "draft" and draft == "none":
             raise ModelError("drafter 'draft' needs a draft model: pass --draft, or use --drafter lookup")
         if dtype in (None, "auto") and parse_device(device).type == "cpu":
-            dtype = "int8"
+            dtype = cpu_weights()
         loaded_verifier = load_model(verifier, dtype=dtype, device=device, role="verifier")
         loaded_draft = None
         if draft != "none" and needs_draft_model(drafter):

@@ -2,7 +2,7 @@
 //
 // Why its own kernel: a decoding pass on a CPU should cost what reading its weights costs,
 // and ATen's int4 and int8 kernels widen every weight to float and multiply in float, so on
-// a processor without AMX or AVX512 they are bound by arithmetic, not memory (docs/engine.md,
+// a processor without AMX or AVX512 they are bound by arithmetic, not memory (docs/models.md,
 // "4-bit weights"). Here, as in llama.cpp's k-quants, the activations are rounded to int8
 // per block and the sums stay integer within a block: 32 multiply-adds per instruction.
 //
@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace {
@@ -27,6 +28,12 @@ constexpr int64_t kGroup = 32;
 constexpr int64_t kGroups = kBlock / kGroup;
 constexpr int kMaxRowsAtOnce = 4;
 
+inline float horizontal_sum(__m128 s) {
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
 inline float horizontal_sum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -34,16 +41,17 @@ inline float horizontal_sum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// The rows of x in int8 codes per block: x ~= code * step[block]; group_sums: sum of each group's codes.
+// The rows of x in int8 codes per block: x ~= code * step[block]; group_sums: each group's codes
+// summed, times the step (what a group's offset multiplies).
 struct QuantizedRows {
   std::vector<int8_t> codes;
   std::vector<float> step;
-  std::vector<int32_t> group_sums;
+  std::vector<float> group_sums;
 };
 
 QuantizedRows quantize_rows(const float* x, int64_t rows, int64_t k) {
   const int64_t blocks = k / kBlock;
-  QuantizedRows q{std::vector<int8_t>(rows * k), std::vector<float>(rows * blocks), std::vector<int32_t>(rows * k / kGroup)};
+  QuantizedRows q{std::vector<int8_t>(rows * k), std::vector<float>(rows * blocks), std::vector<float>(rows * k / kGroup)};
   for (int64_t b = 0; b < rows * blocks; ++b) {
     const float* in = x + b * kBlock;
     float amax = 0.f;
@@ -57,7 +65,7 @@ QuantizedRows quantize_rows(const float* x, int64_t rows, int64_t k) {
         out[i] = static_cast<int8_t>(std::nearbyint(in[i] * inverse));
         sum += out[i];
       }
-      q.group_sums[b * kGroups + g] = sum;
+      q.group_sums[b * kGroups + g] = step * static_cast<float>(sum);
     }
     q.step[b] = step;
   }
@@ -81,8 +89,8 @@ void dot_rows(const QuantizedRows& x, int64_t r0, int64_t k, const Weights& w, i
     const uint8_t* group_scales = w.group_scales + n * blocks * 2 * kGroups;
     const float* block_scales = w.block_scales + n * blocks * 2;
     __m256 acc[Rows];
-    float offsets[Rows];
-    for (int r = 0; r < Rows; ++r) { acc[r] = _mm256_setzero_ps(); offsets[r] = 0.f; }
+    __m128 offsets[Rows];
+    for (int r = 0; r < Rows; ++r) { acc[r] = _mm256_setzero_ps(); offsets[r] = _mm_setzero_ps(); }
     for (int64_t b = 0; b < blocks; ++b) {
       const uint8_t* gs = group_scales + b * 2 * kGroups;
       __m256i sums[Rows];
@@ -101,18 +109,18 @@ void dot_rows(const QuantizedRows& x, int64_t r0, int64_t k, const Weights& w, i
           sums[r] = _mm256_add_epi32(sums[r], _mm256_add_epi32(p1, p2));
         }
       }
-      const float scale = block_scales[2 * b], offset = block_scales[2 * b + 1];
+      const float scale = block_scales[2 * b];
+      int32_t packed_offsets;
+      std::memcpy(&packed_offsets, gs + kGroups, sizeof packed_offsets);
+      const __m128 group_offsets = _mm_mul_ps(_mm_cvtepi32_ps(_mm_cvtepu8_epi32(_mm_cvtsi32_si128(packed_offsets))),
+                                              _mm_set1_ps(block_scales[2 * b + 1]));
       for (int r = 0; r < Rows; ++r) {
         const int64_t row_block = (r0 + r) * blocks + b;
-        const float step = x.step[row_block];
-        const int32_t* group_sums = x.group_sums.data() + row_block * kGroups;
-        int32_t offset_sum = 0;
-        for (int64_t g = 0; g < kGroups; ++g) offset_sum += gs[kGroups + g] * group_sums[g];
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[r]), _mm256_set1_ps(scale * step), acc[r]);
-        offsets[r] += offset * step * static_cast<float>(offset_sum);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[r]), _mm256_set1_ps(scale * x.step[row_block]), acc[r]);
+        offsets[r] = _mm_fmadd_ps(group_offsets, _mm_loadu_ps(x.group_sums.data() + row_block * kGroups), offsets[r]);
       }
     }
-    for (int r = 0; r < Rows; ++r) y[(r0 + r) * n_total + n] = horizontal_sum(acc[r]) - offsets[r];
+    for (int r = 0; r < Rows; ++r) y[(r0 + r) * n_total + n] = horizontal_sum(acc[r]) - horizontal_sum(offsets[r]);
   }
 }
 

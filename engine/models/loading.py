@@ -106,6 +106,18 @@ def parse_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.
 WEIGHT_FORMATS = ("int8", "int4")
 
 
+def cpu_weights() -> str:
+    """The weights a CPU engine quantizes to unless told otherwise: 4-bit where our kernel runs
+    (docs/models.md, "4-bit weights"), else int8."""
+    from engine.kernels import cpu_int4
+
+    reason = cpu_int4.why_unavailable()
+    if reason is not None:
+        log.info("%s: int8 weights instead", reason)
+        return "int8"
+    return "int4"
+
+
 def parse_precision(dtype: str | torch.dtype | None, device: torch.device) -> tuple[torch.dtype, str | None]:
     """(activation dtype, quantized weights) for a --dtype value: a float dtype, "int8" or
     "int4" (those weights, the default float dtype for the rest; CPU only) or auto (a float dtype)."""

@@ -66,7 +66,7 @@ class QuantizedLinear(torch.nn.Module):
 class Int8Linear(QuantizedLinear):
     """int8 weights scaled per output row (symmetric, absmax). The kernel reads its rows in
     bfloat16 whatever the model's dtype: with float32 rows ATen's kernel is about ten times
-    slower on a CPU without AVX512 (docs/engine.md, "Weights on a CPU")."""
+    slower on a CPU without AVX512 (docs/models.md, "Weights on a CPU")."""
 
     rows_dtype = torch.bfloat16
 

@@ -72,7 +72,7 @@ def machine_plan(settings) -> Plan:
     from engine.completion import CPU_CONTEXT_BUDGET
     from engine.errors import QuickdraftError
     from engine.models import presets
-    from engine.models.loading import cpu_has_fast_bf16, describe_precision, parse_device, parse_precision
+    from engine.models.loading import cpu_has_fast_bf16, cpu_weights, describe_precision, parse_device, parse_precision
     from engine.text.prompt import ContextBudget
 
     verifier = settings.verifier or presets.PAIRS["default"]["verifier"]
@@ -83,7 +83,7 @@ def machine_plan(settings) -> Plan:
         device = parse_device(settings.device)
         dtype = settings.dtype
         if dtype in (None, "auto") and device.type == "cpu":
-            dtype = "int8"  # as CompletionEngine.load: int8 weights on a CPU
+            dtype = cpu_weights()  # as CompletionEngine.load
         float_dtype, weights = parse_precision(dtype, device)
     except QuickdraftError as error:
         plan.problem = str(error)

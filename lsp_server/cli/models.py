@@ -79,7 +79,21 @@ def _pull(args: argparse.Namespace) -> int:
         state = f"pulled in {installed.seconds:.0f} s" if installed.pulled else "already installed"
         print(f"{installed.name}: {state} — {installed.path} ({installed.size_bytes / GB:.2f} GB, "
               f"{installed.dtype}, from {installed.source})")
+    print(_cpu_kernel_line())
     return 0
+
+
+def _cpu_kernel_line() -> str:
+    """Built now, once per machine, so that no server start waits for the compiler."""
+    import time
+
+    from engine.kernels import cpu_int4
+
+    started = time.perf_counter()
+    reason = cpu_int4.why_unavailable()
+    if reason is not None:
+        return f"4-bit CPU kernel: not here ({reason}); CPU engines use int8 weights"
+    return f"4-bit CPU kernel: ready ({time.perf_counter() - started:.0f} s; the CPU default's weights)"
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -108,3 +108,26 @@ def test_every_qwen_shape_has_its_published_size():
             counted -= model.lm_head.weight.numel()
         counted /= 1e9
         assert abs(counted - billions) / billions < 0.01, (name, counted)
+
+
+def test_compare_weights_times_each_format_of_each_model_side_by_side(tmp_path, capsys):
+    from engine.kernels import cpu_int4
+
+    formats = ["int8", "int8-f32rows", "float"] + (["int4"] if cpu_int4.why_unavailable() is None else [])
+    args = ["bench", "passes", "--quick", "--device", "cpu", "--compare-weights", ",".join(formats)]
+    assert cli_main([*args, "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "weights.json").read_text())
+    assert [(r["model"], r["weights"]) for r in result["rows"]] == [(m, f) for m in ("quick-draft", "quick-verifier")
+                                                                    for f in formats]
+    assert all(ms > 0 for r in result["rows"] for ms in r["pass_ms"].values())
+    by_format = {r["weights"]: r for r in result["rows"] if r["model"] == "quick-verifier"}
+    assert by_format["float"]["weight_bytes"] > 3 * by_format["int8"]["weight_bytes"]  # float32 against int8
+    if "int4" in by_format:
+        assert by_format["int4"]["weight_bytes"] < by_format["int8"]["weight_bytes"]
+    assert result["rows"][0]["ratio"] == {"1": 1.0, "4": 1.0}  # the quick draft in int8 is the baseline
+    assert "| quick-verifier | int8 |" in capsys.readouterr().out
+
+
+def test_compare_weights_refuses_an_unknown_format(capsys):
+    assert cli_main(["bench", "passes", "--quick", "--device", "cpu", "--compare-weights", "int3"]) == 2
+    assert "--compare-weights takes" in capsys.readouterr().err
