@@ -188,8 +188,8 @@ class CompletionEngine:
         """Load models by spec (preset name, directory, .gguf; None → the default pair).
 
         `draft="none"` (or drafter "lookup"/"none") loads no draft model. On a CPU the default
-        dtype is int8 weights (engine/models/quantize.py): passes of a few tokens, what typing
-        costs, are twice as fast, with the same completion quality (README, "Weights in int8").
+        dtype is 4-bit weights, or int8 (engine/models/quantize.py): passes of a few tokens, what typing
+        costs, are two to five times as fast, with the same completion quality (docs/models.md, "4-bit weights").
         """
         if drafter == "draft" and draft == "none":
             raise ModelError("drafter 'draft' needs a draft model: pass --draft, or use --drafter lookup")

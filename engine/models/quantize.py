@@ -66,7 +66,7 @@ class QuantizedLinear(torch.nn.Module):
 class Int8Linear(QuantizedLinear):
     """int8 weights scaled per output row (symmetric, absmax). The kernel reads its rows in
     bfloat16 whatever the model's dtype: with float32 rows ATen's kernel is about ten times
-    slower on a CPU without AVX512 (docs/models.md, "Weights on a CPU")."""
+    slower on a CPU without AVX512 (docs/models.md, "Weights in int8")."""
 
     rows_dtype = torch.bfloat16
 
@@ -74,10 +74,7 @@ class Int8Linear(QuantizedLinear):
         super().__init__(linear, choice)
         weight = linear.weight.detach()
         scale = weight.abs().amax(dim=1).float().clamp(min=torch.finfo(torch.float32).tiny) / 127
-        # The scale the kernel reads, never below the exact one: no weight rounds past 127.
-        kernel_scale = scale.to(self.rows_dtype)
-        kernel_scale = torch.where(kernel_scale.float() < scale, torch.nextafter(kernel_scale, kernel_scale.new_tensor(1e30)),
-                                   kernel_scale)
+        kernel_scale = rounded_up(scale, self.rows_dtype)  # never below the exact one: no weight rounds past 127
         scale = kernel_scale.float()
         qweight = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)
         for start in range(0, weight.shape[0], QUANTIZE_ROWS):  # in blocks: no full-size float32 copies
@@ -114,6 +111,12 @@ class Int4Linear(QuantizedLinear):
 
     def dequantized(self) -> torch.Tensor:
         return cpu_int4.dequantize(self.blocks)
+
+
+def rounded_up(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`values` in `dtype`, each the nearest representable value at or above it."""
+    rounded = values.to(dtype)
+    return torch.where(rounded.float() < values, torch.nextafter(rounded, torch.full_like(rounded, float("inf"))), rounded)
 
 
 LAYERS: dict[str, type[QuantizedLinear]] = {"int8": Int8Linear, "int4": Int4Linear}

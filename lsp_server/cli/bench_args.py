@@ -15,7 +15,7 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="corpus and hole choice (default 0)")
     parser.add_argument("--verifier", help="preset, directory or .gguf (default: the default pair's verifier)")
     parser.add_argument("--draft", help="draft model, or 'none'")
-    parser.add_argument("--dtype", help="int8 | int4 | bfloat16 | float16 | float32 (default: the engine's, int8 weights on a "
+    parser.add_argument("--dtype", help="int8 | int4 | bfloat16 | float16 | float32 (default: the engine's, 4-bit weights on a "
                                         "CPU and bf16 on CUDA; bench engine: bf16 where fast, else fp32)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 

@@ -19,7 +19,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--max-draft-tokens", type=int, default=8)
     parser.add_argument("--dtype", help="int8 | int4 | bfloat16 | float16 | float32 "
-                                             "(default: int8 weights on a CPU, bf16 on CUDA)")
+                                             "(default: 4-bit weights on a CPU, or int8 without AVX2; bf16 on CUDA)")
     parser.add_argument("--device", help="cpu | cuda | cuda:N (default: cuda when available)")
 
 
