@@ -9,13 +9,14 @@ text/          the text around the cursor: cursor context, FIM prompts, healing,
 decoding/      the speculative loop, acceptance rules, KV caches (dynamic; static + CUDA graphs), token trees
 drafters/      prompt lookup, draft model, hybrid, tree drafters, Medusa; DrafterConfig
 medusa/        heads on the verifier: Medusa heads, the feature head; training data, fitting, storage
-models/        presets, the model store, downloads, conversion, loading, int8 weights
+kernels/       CPU kernels of our own, built at first use: 4-bit weights (AVX2)
+models/        presets, the model store, downloads, conversion, loading, int8 and 4-bit weights
 backends/      the Backend interface: this engine in-process, or a remote inference server
 bench/         engine benchmarks and the corpus of holes they decode
 modes.py       names every layer shares: drafter modes, multiline policies (no torch)
 stats.py       decoding figures and percentiles (no torch)
 errors.py      the errors a user can hit
 
-Lower layers never import higher ones: shared names < models < text < decoding < medusa <
+Lower layers never import higher ones: shared names < kernels < models < text < decoding < medusa <
 drafters < completion < backends < bench (tests/test_layout.py).
 """
