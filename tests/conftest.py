@@ -36,5 +36,11 @@ def tiny_model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def wide_tiny_model_dir(tmp_path_factory):
+    """A tiny model whose layers are all 128 wide or more: every one takes 4-bit weights."""
+    return write_tiny_model(tmp_path_factory.mktemp("wide-tiny") / "verifier", seed=0, hidden_size=128)
+
+
+@pytest.fixture(scope="session")
 def tiny_draft_dir(tmp_path_factory):
     return write_tiny_model(tmp_path_factory.mktemp("tiny") / "draft", seed=1)

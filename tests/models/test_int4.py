@@ -1,18 +1,16 @@
 """4-bit weights (engine/kernels/cpu_int4.py, engine/models/quantize.py): the format, the
-kernel against the weights it stores, the loading, and exact speculative decoding on them."""
+kernel against the weights it stores, and the loading. Exact speculative decoding on them is
+in test_quantize.py, beside int8's."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from engine.decoding.decoder import GenerationConfig, SpeculativeDecoder
-from engine.drafters import DrafterConfig, make_drafter
 from engine.errors import ModelError
 from engine.kernels import cpu_int4
 from engine.models.loading import load_model, parse_precision
 from engine.models.quantize import Int4Linear, float_weights, pass_prompt_tokens, quantize_weights
-from engine.models.tiny import write_tiny_model
 
 pytestmark = pytest.mark.skipif(cpu_int4.why_unavailable() is not None, reason=str(cpu_int4.why_unavailable()))
 
@@ -78,12 +76,6 @@ def test_an_int4_layer_reads_its_float_weights_on_prompt_chunks():
     assert pass_prompt_tokens(model) is not None
 
 
-@pytest.fixture(scope="module")
-def wide_tiny_model_dir(tmp_path_factory):
-    """A tiny model whose layers are all 128 wide or more: every one of them takes 4-bit weights."""
-    return write_tiny_model(tmp_path_factory.mktemp("wide-tiny"), hidden_size=128)
-
-
 def test_dtype_int4_loads_int4_weights_and_says_so(wide_tiny_model_dir):
     loaded = load_model(str(wide_tiny_model_dir), dtype="int4", device="cpu")
     assert loaded.weights == "int4" and loaded.precision.startswith("int4 weights, ")
@@ -91,18 +83,3 @@ def test_dtype_int4_loads_int4_weights_and_says_so(wide_tiny_model_dir):
     assert linears and all(isinstance(m, Int4Linear) for m in linears)
     with pytest.raises(ModelError, match="int4 weights are for the CPU"):
         parse_precision("int4", torch.device("cuda"))
-
-
-@pytest.mark.parametrize("drafter", ["draft", "lookup"])
-def test_speculative_decoding_on_int4_weights_is_exact(wide_tiny_model_dir, drafter):
-    """The output equals the same model's plain decoding: drafts from one-row passes, verified in
-    passes of several rows, the kernel's two shapes."""
-    loaded = load_model(str(wide_tiny_model_dir), dtype="int4", device="cpu")
-    prompt = loaded.tokenizer("def add(a, b):\n    return a + b\n" * 3, add_special_tokens=False)["input_ids"]
-    config = GenerationConfig(max_new_tokens=40, max_draft_tokens=5, pass_prompt_tokens=pass_prompt_tokens(loaded.model))
-    with torch.inference_mode():
-        plain = SpeculativeDecoder(loaded.model, None).generate(prompt, config)
-        drafts = make_drafter(drafter, loaded.model, DrafterConfig(max_draft_tokens=5), verifier=loaded.model)
-        speculative = SpeculativeDecoder(loaded.model, drafts).generate(prompt, config)
-    assert speculative.token_ids == plain.token_ids
-    assert speculative.stats.accepted > 0

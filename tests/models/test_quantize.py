@@ -9,6 +9,7 @@ import torch
 from engine.decoding.decoder import GenerationConfig, SpeculativeDecoder
 from engine.drafters import DrafterConfig, make_drafter
 from engine.errors import ModelError
+from engine.kernels import cpu_int4
 from engine.models.loading import load_model, parse_precision
 from engine.models.quantize import (PASS_PROMPT_TOKENS, Int8Linear, WeightChoice, float_weights,
                                     pass_prompt_tokens, quantize_weights)
@@ -92,13 +93,15 @@ def test_int8_is_for_the_cpu():
         parse_precision("int8", torch.device("cuda"))
 
 
+@pytest.mark.parametrize("weights", ["int8", pytest.param("int4", marks=pytest.mark.skipif(
+    cpu_int4.why_unavailable() is not None, reason="no 4-bit kernel here"))])
 @pytest.mark.parametrize("drafter", ["draft", "draft-tree"])
-def test_speculative_decoding_on_the_quantized_model_is_exact(tiny_model_dir, drafter):
+def test_speculative_decoding_on_the_quantized_model_is_exact(tiny_model_dir, wide_tiny_model_dir, drafter, weights):
     """The output equals the quantized model's own plain decoding (fp32 activations). The
     quantized model drafts for itself: its drafts come from one-row passes and are verified
-    in passes of several rows, the two paths of the int8 kernel."""
-    loaded = load_model(str(tiny_model_dir), dtype="float32", device="cpu")
-    quantize_weights(loaded.model)
+    in passes of several rows, the kernel's two paths."""
+    loaded = load_model(str(wide_tiny_model_dir if weights == "int4" else tiny_model_dir), dtype="float32", device="cpu")
+    assert quantize_weights(loaded.model, weights) > 0
     prompt = loaded.tokenizer("def add(a, b):\n    return a + b\n" * 3, add_special_tokens=False)["input_ids"]
     assert len(prompt) > PASS_PROMPT_TOKENS  # read as the engine reads it: float chunks, then int8 passes
     config = GenerationConfig(max_new_tokens=40, max_draft_tokens=5, pass_prompt_tokens=pass_prompt_tokens(loaded.model))
@@ -107,7 +110,9 @@ def test_speculative_decoding_on_the_quantized_model_is_exact(tiny_model_dir, dr
         drafts = make_drafter(drafter, loaded.model, DrafterConfig(max_draft_tokens=5), verifier=loaded.model)
         speculative = SpeculativeDecoder(loaded.model, drafts).generate(prompt, config)
     assert speculative.token_ids == plain.token_ids
-    assert speculative.stats.accepted > len(plain.token_ids) // 2
+    # Drafts were checked and taken. The wide model's random logits are closer to ties, so fewer
+    # of its own drafts survive the several-row passes' other rounding; exactness is the point.
+    assert speculative.stats.accepted > len(plain.token_ids) // (2 if weights == "int8" else 4)
 
 
 def test_a_long_prompt_rest_is_prefilled_and_the_first_pass_feeds_its_last_token(tiny_model_dir):
