@@ -6,4 +6,6 @@ figures.py  per-mode summaries, ratios against the baselines, targets
 report.py   the terminal table and the plots
 corpus.py   fill-in-the-middle holes cut from real source files
 common.py   the machine's description and text tables (shared with the session benchmark)
+cpu_weights.py  a pass's cost in each weight format (`bench passes --compare-weights`)
+calibration.py  the verifier this CPU affords, measured once (`doctor --calibrate`), the server's default
 """

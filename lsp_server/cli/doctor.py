@@ -32,6 +32,9 @@ def add_parsers(sub) -> None:
     doctor = sub.add_parser("doctor", help="what this machine will run, what is missing, and the next step")
     # The flags `serve` takes that change what it loads; unset: the machine's defaults.
     add_setting_flags(doctor, PLAN_SETTINGS)
+    doctor.add_argument("--calibrate", action="store_true",
+                        help="CPU: time each installed model's typing pass and prompt reading, and keep the verifier "
+                             "this machine affords as its default (engine/calibration.py)")
     doctor.add_argument("--rehash", action="store_true",
                         help="hash every model file again, even where a verified stamp says nothing changed")
     doctor.set_defaults(handler=run_doctor)
@@ -218,6 +221,8 @@ def nvim_version(nvim: str) -> tuple[int, ...] | None:
 
 
 def run_doctor(args: argparse.Namespace) -> int:
+    if args.calibrate:
+        calibrate(settings_for(args).budget_ms)
     settings = settings_for(args)
     print("quickdraft doctor: what `quickdraft serve` runs here by default (and with the flags given)\n")
     plan = machine_plan(settings)
@@ -228,6 +233,8 @@ def run_doctor(args: argparse.Namespace) -> int:
         server.append(Check("device", True, f"{plan.device}: {plan.device_detail}"))
         server.append(Check("precision", True, plan.precision))
     server.append(model_check("verifier", plan.verifier, args.rehash))
+    if plan.device == "cpu":
+        server.append(calibration_check(args.verifier))
     if plan.draft == "none":
         server.append(Check("draft", True, f"none (drafter {plan.drafter} needs no draft model)"))
     else:
@@ -259,3 +266,35 @@ def run_doctor(args: argparse.Namespace) -> int:
         return 1
     print("The server can start: `quickdraft serve` (editors start it themselves).")
     return 0
+
+
+def calibrate(budget_ms: float) -> None:
+    """Measure the installed CPU verifiers, print what each costs, choose and keep the choice."""
+    from engine.bench import calibration
+
+    names = calibration.installed_candidates()
+    if not names:
+        print("calibration: no candidate model installed (quickdraft models pull qwen2.5-coder-0.5b)\n")
+        return
+    print(f"calibration: timing {', '.join(names)} as a CPU engine loads them (a minute or two)")
+    speeds = []
+    for name in names:
+        speed = calibration.measure(name)
+        speeds.append(speed)
+        print(f"  {name} ({speed.precision}): {calibration.TYPING_PASS_TOKENS}-token pass {speed.pass_ms:.0f} ms, "
+              f"1-token {speed.one_token_ms:.0f} ms, prompt {speed.prompt_tokens_per_s:.0f} tokens/s")
+    choice = calibration.choose_verifier(speeds, budget_ms)
+    path = calibration.save(speeds, choice, budget_ms)
+    print(f"  chosen: {choice.verifier}: {choice.reason}\n  kept in {path}\n")
+
+
+def calibration_check(verifier_flag: str | None) -> Check:
+    from engine.bench import calibration
+
+    record = calibration.load()
+    if record is None:
+        return Check("calibration", True, "none for this machine: the CPU default verifier",
+                     "quickdraft doctor --calibrate (times the installed models, picks the verifier this CPU affords)")
+    overridden = " (--verifier overrides it)" if verifier_flag else ""
+    return Check("calibration", True, f"{record['verifier']} chosen {record['time'][:10]}{overridden}: {record['reason']}")
+

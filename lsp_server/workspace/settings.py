@@ -132,7 +132,14 @@ def machine_defaults(machine: str | None = None) -> Settings:
         from engine.models.loading import default_device
 
         machine = "gpu" if default_device().type == "cuda" else "cpu"
-    return Settings(**MACHINE_DEFAULTS[machine])
+    defaults = dict(MACHINE_DEFAULTS[machine])
+    if machine == "cpu":
+        from engine.bench.calibration import load
+
+        calibrated = load()  # `quickdraft doctor --calibrate`: the verifier this CPU affords
+        if calibrated is not None:
+            defaults["verifier"] = calibrated["verifier"]
+    return Settings(**defaults)
 
 
 @dataclass(frozen=True)
