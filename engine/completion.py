@@ -157,8 +157,8 @@ class CompletionEngine:
         self.verifier = verifier
         self.draft = draft
         self.tokenizer = verifier.tokenizer
-        # With int8 weights a pass costs one weight read up to ROWS_PER_READ tokens and one more
-        # per further ROWS_PER_READ: a longer draft rarely pays for a second read.
+        # With quantized weights longer passes cost more (int8: a weight read per ROWS_PER_READ
+        # tokens; 4-bit: work per row): a longer draft rarely pays for it.
         self.max_draft_tokens = min(max_draft_tokens, ROWS_PER_READ - 1) if verifier.weights else max_draft_tokens
         self.prompts = DocumentPrompts(self.tokenizer, context_budget)  # per document: anchors, windows
         # Static KV cache + CUDA graphs on CUDA (captured here, at load), the dynamic cache on a CPU.
