@@ -319,6 +319,7 @@ class CompletionService:
         snapshot["collector"] = self.collector.snapshot()
         if self.backend is not None:
             snapshot["backend"] = self.backend.stats()
+        snapshot["calibration"] = calibration_summary()
         if self.error:
             snapshot["error"] = self.error
         return snapshot
@@ -329,3 +330,18 @@ class CompletionService:
         self.scheduler.shutdown()
         if self.backend is not None:
             self.backend.close()
+
+
+def calibration_summary() -> dict | None:
+    """This machine's `doctor --calibrate` record for `quickdraft/stats`: what was measured, what was
+    chosen and why (the CPU's default verifier, unless the user set one); None where there is none."""
+    from engine.bench.calibration import load
+
+    record = load()
+    if record is None:
+        return None
+    measured = [{"name": m["name"], "precision": m["precision"], "passMs": m["pass_ms"], "oneTokenMs": m["one_token_ms"],
+                 "promptTokensPerS": m["prompt_tokens_per_s"]} for m in record["measured"]]
+    return {"verifier": record["verifier"], "reason": record["reason"], "time": record["time"],
+            "budgetMs": record["budget_ms"], "measured": measured}
+
