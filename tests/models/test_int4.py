@@ -83,3 +83,20 @@ def test_dtype_int4_loads_int4_weights_and_says_so(wide_tiny_model_dir):
     assert linears and all(isinstance(m, Int4Linear) for m in linears)
     with pytest.raises(ModelError, match="int4 weights are for the CPU"):
         parse_precision("int4", torch.device("cuda"))
+
+
+def test_where_the_kernel_cannot_run_the_engine_says_why_and_takes_int8(wide_tiny_model_dir, monkeypatch):
+    # A CPU without AVX2 cannot be had here: its capability is what the kernel asks torch for.
+    from engine.models.loading import cpu_weights
+
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
+    cpu_int4.kernel.cache_clear()
+    try:
+        assert "needs an x86 CPU with AVX2 (this one: DEFAULT)" in cpu_int4.why_unavailable()
+        assert cpu_weights() == "int8"
+        with pytest.raises(ModelError, match="cannot give .* int4 weights: the 4-bit kernel needs .*use --dtype int8"):
+            load_model(str(wide_tiny_model_dir), dtype="int4", device="cpu")
+    finally:
+        monkeypatch.undo()
+        cpu_int4.kernel.cache_clear()
+    assert cpu_int4.why_unavailable() is None
