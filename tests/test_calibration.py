@@ -31,7 +31,7 @@ def test_a_fast_machine_gets_the_large_model():
 
 
 def test_prompt_reading_alone_can_rule_a_model_out():
-    assert choose_verifier(speeds(30, 900, 80, 60), budget_ms=200).verifier == SMALL
+    assert choose_verifier(speeds(30, 900, 80, 50), budget_ms=200).verifier == SMALL
 
 
 def test_a_longer_budget_affords_more():
