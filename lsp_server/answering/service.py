@@ -43,6 +43,9 @@ class CompletionService:
         self.log_message = log_message  # window/logMessage
         self.scheduler = Scheduler()
         self.telemetry = Telemetry()
+        # Read once, as the machine's defaults were: a stats request then neither imports nor
+        # allocates for it (the models' objects are frozen by then; see gc_pauses.py).
+        self.calibration = calibration_summary()
         self.backend = None  # engine.backends: LocalBackend | RemoteBackend
         self.backend_key: tuple | None = None
         self.backend_health: Health | None = None  # a remote server's trouble, when it has some
@@ -319,7 +322,7 @@ class CompletionService:
         snapshot["collector"] = self.collector.snapshot()
         if self.backend is not None:
             snapshot["backend"] = self.backend.stats()
-        snapshot["calibration"] = calibration_summary()
+        snapshot["calibration"] = self.calibration
         if self.error:
             snapshot["error"] = self.error
         return snapshot
@@ -333,8 +336,8 @@ class CompletionService:
 
 
 def calibration_summary() -> dict | None:
-    """This machine's `doctor --calibrate` record for `quickdraft/stats`: what was measured, what was
-    chosen and why (the CPU's default verifier, unless the user set one); None where there is none."""
+    """This machine's `doctor --calibrate` record for `quickdraft/stats` as the server started: what
+    was measured, what was chosen and why (the CPU's default verifier, unless the user set one)."""
     from engine.bench.calibration import load
 
     record = load()
