@@ -13,6 +13,7 @@ still exactly what plain decoding writes; it can differ from the float model's.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -38,7 +39,7 @@ class WeightChoice:
         self.float_weights = False
 
 
-class QuantizedLinear(torch.nn.Module):
+class QuantizedLinear(torch.nn.Module, ABC):
     """A linear layer that reads quantized weights on decoding passes and its float weights
     on prompt chunks."""
 
@@ -55,12 +56,13 @@ class QuantizedLinear(torch.nn.Module):
         y = self.quantized_matmul(rows).reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
 
+    @abstractmethod
     def quantized_matmul(self, rows: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """rows [n, in] @ the quantized weights.T, in rows' dtype."""
 
+    @abstractmethod
     def dequantized(self) -> torch.Tensor:
         """The weights the quantized path computes with, in float32."""
-        raise NotImplementedError
 
 
 class Int8Linear(QuantizedLinear):
