@@ -85,6 +85,7 @@ class CompletionResult:
     confidence: Confidence | None = None  # of the text shown (before the gate); None: nothing to judge
     withheld: str = ""  # why nothing is shown although the model answered (confidence.LOW_CONFIDENCE)
     held: Held | None = None  # a withheld answer that shows once the user types its start
+    provisional: bool = False  # the draft model's, shown before the verifier's verdict (engine/backends/verdict.py)
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -154,9 +155,7 @@ class CompletionEngine:
         max_draft_tokens: int = 8,
         context_budget: ContextBudget | None = None,
     ) -> None:
-        self.verifier = verifier
-        self.draft = draft
-        self.tokenizer = verifier.tokenizer
+        self.verifier, self.draft, self.tokenizer = verifier, draft, verifier.tokenizer
         # With quantized weights longer passes cost more (int8: a weight read per ROWS_PER_READ
         # tokens; 4-bit: work per row): a longer draft rarely pays for it.
         self.max_draft_tokens = min(max_draft_tokens, ROWS_PER_READ - 1) if verifier.weights else max_draft_tokens

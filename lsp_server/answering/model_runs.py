@@ -75,6 +75,7 @@ class ModelRun:
         self.job_started = threading.Event()
         self.job: asyncio.Future | None = None  # the scheduler's run of `work`
         self.at_deadline: asyncio.TimerHandle | None = None  # the loop's own answer, should the job not answer
+        self.provisional = False  # answered with the draft model's text; the job's result is the verdict
 
     async def run(self) -> types.InlineCompletionList:
         """The answer as LSP items: what is verified by the budget's end, or all of it if the job ends
@@ -144,6 +145,9 @@ class ModelRun:
             return
         service, uri = self.service, self.cursor.uri
         self.answered.set_result(partial)
+        if getattr(partial, "provisional", False):  # the loop's own empty answer has no such flag
+            self.provisional = True
+            service.telemetry.verdicts.provisional += 1
         service.shown[uri] = self.decode_on.on_screen = Shown.of(self.cursor, partial)
         service.decode_on[uri] = self.decode_on  # what the user types next may follow it
         self.record(partial)
@@ -191,6 +195,9 @@ class ModelRun:
         """The job has ended: its figures if it ended by the budget (or the client withdrew it), and
         the longer text if it decoded on."""
         service, cursor, decode_on, answered = self.service, self.cursor, self.decode_on, self.answered
+        if self.provisional and not answered.cancelled():
+            self.verdict(result)
+            return
         if not answered.done() or answered.cancelled():  # answered at its end, or withdrawn by the client
             self.record(result)
             service.maybe_retune()
@@ -206,6 +213,28 @@ class ModelRun:
         if decode_on.takes(service.shown.get(cursor.uri), decoded):
             service.shown[cursor.uri] = decoded
             if complete and len(decoded.visible) > len(decode_on.on_screen.visible) and not self.is_stale():
+                service.notify_ready(cursor)
+        decode_on.grew(service.shown.get(cursor.uri), service.notify_ready)
+        service.maybe_retune()
+
+    def verdict(self, result) -> None:
+        """The verifier's verdict on the draft model's answer shown: kept in its place and, where it is not
+        the text on screen and the user is still there, the client is told to ask again (and gets it kept)."""
+        service, cursor, decode_on = self.service, self.cursor, self.decode_on
+        verdicts = service.telemetry.verdicts
+        decided = Shown.of(cursor, result, complete=result.stop_reason != StopReason.DEADLINE)
+        kept = service.shown.get(cursor.uri)
+        if result.stop_reason == StopReason.CANCELLED:
+            verdicts.cancelled += 1  # the user moved on first
+        elif kept is None or (kept.prefix, kept.suffix) != (decided.prefix, decided.suffix):
+            verdicts.moved += 1
+        else:
+            on_screen = decode_on.on_screen.visible if decode_on.on_screen is not None else ""
+            seen = not self.is_stale()
+            verdicts.add(on_screen, decided.visible, seen)
+            service.shown[cursor.uri] = decided
+            if decided.visible != on_screen and seen:
+                decode_on.on_screen = decided
                 service.notify_ready(cursor)
         decode_on.grew(service.shown.get(cursor.uri), service.notify_ready)
         service.maybe_retune()

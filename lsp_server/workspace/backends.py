@@ -29,6 +29,11 @@ def open_backend(settings: Settings, on_health: HealthCallback) -> Backend:
         config = RemoteConfig(url=settings.backend, model=settings.backend_model, api_key=api_key,
                               tokenizer=settings.backend_tokenizer)
         return RemoteBackend.connect(config, on_health=on_health)
+    if settings.show_draft_first:
+        from engine.backends.verdict import DraftThenVerdict
+
+        return DraftThenVerdict.load(settings.verifier, settings.draft, drafter=settings.drafter,
+                                     dtype=settings.dtype, device=settings.device)
     from engine.backends.local import LocalBackend
 
     return LocalBackend.load(settings.verifier, settings.draft, drafter=settings.drafter, dtype=settings.dtype,

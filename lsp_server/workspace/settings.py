@@ -79,6 +79,10 @@ class Settings:
         None, "the prefix budget of a prompt no cache holds yet (after a jump, in a file just opened), short enough "
         "to prefill while the user looks; it grows with typing up to `prefixTokens`; 0 uses `prefixTokens` at once",
         low=0, high=32_768, default_is=MACHINE_DEFAULT, see="#ready-notifications")
+    show_draft_first: bool = setting(
+        False, "show the draft model's own answer inside the budget, then the verifier's where it differs (the ready "
+        "notification): for a verifier too slow for the budget on this machine; needs a draft model",
+        flag="--show-draft-first", see="models.md#the-draft-shown-before-the-verdict")
     adaptive_drafting: bool = setting(True, "switch to prompt lookup when draft acceptance stays under 50 %")
     warm: bool = setting(
         True, "prefill the prompt window at the cursor in the background before a completion is asked for",
@@ -111,7 +115,8 @@ class Settings:
         """Settings whose change means loading models (or connecting to the backend) again."""
         if self.backend:
             return ("remote", self.backend, self.backend_model, self.backend_tokenizer, self.api_key_env)
-        return (self.verifier, self.draft if needs_draft_model(self.drafter) else "none", self.dtype, self.device)
+        return (self.verifier, self.draft if needs_draft_model(self.drafter) else "none", self.dtype, self.device,
+                self.show_draft_first)
 
     def language_enabled(self, language_id: str | None) -> bool:
         return self.enabled and (language_id or "") not in self.disabled_languages

@@ -8,6 +8,7 @@ user took — whether the completions are any good).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import OrderedDict, deque
 from dataclasses import asdict, dataclass, field
@@ -66,6 +67,31 @@ class RequestRecord:
         self.confidence = confidence.gated_value() if confidence is not None else None
 
 
+@dataclass
+class Verdicts:
+    """What the verifier's verdicts did to the draft model's answers shown first."""
+
+    provisional: int = 0  # runs answered with the draft model's text
+    confirmed: int = 0  # the verdict is the text shown
+    extended: int = 0  # the verdict goes on from the text shown (or from nothing shown)
+    replaced: int = 0  # the verdict changes text that was shown
+    replaced_chars: int = 0  # characters of the text shown that the verdicts changed
+    unseen: int = 0  # of those three, verdicts that came after the user typed on (no ready notification)
+    cancelled: int = 0  # no verdict: the user moved on before it was decoded
+    moved: int = 0  # a verdict that came after another answer was kept at that spot
+
+    def add(self, shown: str, verdict: str, seen: bool) -> None:
+        common = len(os.path.commonprefix([shown, verdict]))
+        if verdict == shown:
+            self.confirmed += 1
+        elif common == len(shown):
+            self.extended += 1
+        else:
+            self.replaced += 1
+            self.replaced_chars += len(shown) - common
+        self.unseen += not seen
+
+
 class RecentItems:
     """Completion item ids seen lately, with a value each: counts every new id, remembers only
     the last TRACKED_ITEMS (a client can send any number of ids; a set of all of them grew
@@ -101,6 +127,8 @@ class Telemetry:
         self.shown = RecentItems()
         self.accepted_items = RecentItems()
         self.partial = RecentItems()
+        # Show the draft, then the verdict (engine/backends/verdict.py): what became of the answers shown first.
+        self.verdicts = Verdicts()
         self.started = time.time()
 
     # -- requests ---------------------------------------------------------------------
@@ -179,5 +207,6 @@ class Telemetry:
             "accepted": self.accepted_items.total,
             "partiallyAccepted": self.partial.total,
             "userAcceptance": self.accepted_items.total / shown if shown else None,
+            "verdicts": asdict(self.verdicts) if self.verdicts.provisional else None,
             "recent": [asdict(r) | {"within_budget": r.within_budget} for r in list(self.recent)[-10:]],
         }

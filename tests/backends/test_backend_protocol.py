@@ -12,9 +12,10 @@ import pytest
 from engine.backends.base import Backend, Health
 from engine.backends.local import LocalBackend
 from engine.backends.remote import RemoteBackend, RemoteConfig
+from engine.backends.verdict import DraftThenVerdict
 
 ROOT = Path(__file__).resolve().parents[2]
-BACKENDS = (LocalBackend, RemoteBackend)
+BACKENDS = (LocalBackend, RemoteBackend, DraftThenVerdict)
 
 
 def protocol_members() -> dict[str, object]:

@@ -9,7 +9,7 @@ import * as path from 'path';
 export const SERVER_SETTINGS = [
   'verifier', 'draft', 'drafter', 'dtype', 'device', 'budgetMs', 'maxNewTokens', 'multiline', 'enabled',
   'disabledLanguages', 'prefixTokens', 'suffixTokens', 'otherDocumentsTokens', 'coldPrefixTokens',
-  'adaptiveDrafting', 'warm', 'anticipate', 'answerBeforeNextKey', 'minConfidence', 'backend', 'backendModel',
+  'showDraftFirst', 'adaptiveDrafting', 'warm', 'anticipate', 'answerBeforeNextKey', 'minConfidence', 'backend', 'backendModel',
   'backendTokenizer', 'apiKeyEnv',
 ];
 /** Where the VS Code setting has another name: `quickdraft.enable` is also the status-bar toggle. */
