@@ -210,7 +210,7 @@ def format_table(result: dict) -> str:
     config = result["config"]
     typing = f"{config['typing_cps']} chars/s, debounce {config['debounce_ms']:.0f} ms"
     return "\n".join([*text_table(rows), *language_table(result["modes"]), *collector_lines(result["modes"]),
-                      *too_slow_lines(result["modes"]),
+                      *verdict_lines(result["modes"]), *too_slow_lines(result["modes"]),
                       f"{machine_line(result['environment'])}; {typing}"])
 
 
@@ -236,6 +236,22 @@ def too_slow_lines(modes: Sequence[dict]) -> list[str]:
         lines.append(f"WARNING {s['name']}: {share * 100:.0f} % of the model's {s['model_requests']} answers came at "
                      f"their deadline before one verifier pass{speed}: no pass fits the {s['budget_ms']:.0f} ms budget "
                      "on this machine now (busy or slow), so shown, exact and keys shown measure the machine, not the model")
+    return lines
+
+
+def verdict_lines(modes: Sequence[dict]) -> list[str]:
+    """Per session that showed the draft first (showDraftFirst): what the verdicts did to the text shown."""
+    lines = []
+    for s in modes:
+        v = (s.get("server_stats") or {}).get("verdicts")
+        if not v:
+            continue
+        seen = v["confirmed"] + v["extended"] + v["replaced"] - v["unseen"]
+        per_replaced = f", {v['replaced_chars'] / v['replaced']:.1f} characters each" if v["replaced"] else ""
+        lines.append(f"{s['name']}: {v['provisional']} answers shown first; verdicts: {v['confirmed']} the same, "
+                     f"{v['extended']} longer, {v['replaced']} replaced ({v['replaced'] / v['provisional'] * 100:.0f} % "
+                     f"of those shown{per_replaced}); {seen} came while the user was still there, {v['unseen']} after "
+                     f"they typed on; {v['cancelled']} cancelled by the next request, {v['moved']} after another answer")
     return lines
 
 

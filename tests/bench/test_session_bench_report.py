@@ -51,3 +51,13 @@ def test_a_session_whose_model_answers_ran_passes_has_no_warning():
     assert "WARNING" not in table(session([0]))
     empty = session([])
     assert figures(empty, [], 0)["model_answers_without_pass"] is None and "WARNING" not in table(empty)
+
+
+def test_a_session_that_showed_the_draft_first_says_what_the_verdicts_did():
+    run = session([1, 1, 1, 1])
+    run.final_stats["verdicts"] = {"provisional": 4, "confirmed": 1, "extended": 1, "replaced": 2,
+                                   "replaced_chars": 7, "unseen": 1, "cancelled": 0, "moved": 0}
+    [line] = [line for line in table(run).splitlines() if "shown first" in line]
+    assert "4 answers shown first" in line and "2 replaced (50 % of those shown, 3.5 characters each)" in line
+    assert "3 came while the user was still there, 1 after they typed on" in line
+    assert not [line for line in table(session([1, 1])).splitlines() if "shown first" in line]
