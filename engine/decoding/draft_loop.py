@@ -68,8 +68,12 @@ class DraftLoop:
             self._graphs, self._capacity = {}, cache.capacity
         ends = tuple(start + i + 1 for i in range(k - 1))  # each pass's host-known end (its attended length)
         if self.capture:
-            out = self._replay(logits, start, ends)
-        else:
+            try:
+                out = self._replay(logits, start, ends)
+            except RuntimeError as error:  # a failed capture leaves a working loop: uncaptured, still sync-free
+                log.warning("capturing the draft loop failed, it runs uncaptured: %s", " ".join(str(error).split())[:300])
+                self.capture, self._graphs = False, {}
+        if not self.capture:
             out = self.run(logits, torch.arange(start, start + k - 1, device=cache.device), ends)
         tokens, probs = out.tolist()  # the one host transfer (and on CUDA the one wait)
         drafted = [int(token) for token in tokens]
