@@ -63,7 +63,7 @@ class DraftLoop:
         if k < 1:
             raise ValueError(f"a draft loop drafts at least one token, not k={k}")
         start = len(cache.tokens)
-        cache._ensure_capacity(start + k)  # as `forward` would: grows, or says the context is too long
+        cache._ensure_capacity(start + k - 1)  # as the k - 1 passes would: grows, or says the context is too long
         if cache.capacity != self._capacity:
             self._graphs, self._capacity = {}, cache.capacity
         ends = tuple(start + i + 1 for i in range(k - 1))  # each pass's host-known end (its attended length)

@@ -83,7 +83,8 @@ def test_kernels_per_pass_and_the_profilers_summary(quick_run):
 def test_the_table_is_markdown(quick_run):
     _, _, printed = quick_run
     assert "| model | context | k+1 | eager ms | bucketed ms | bucketed × | compiled ms | compiled × |" in printed
-    for section in ("| draft token |", "| draft token, k-step loop |", "| prefill |", "| replayed decode |", "| ops per pass |", "| top ops by time |"):
+    for section in ("| draft token |", "| draft token, k-step loop |", "| prefill |", "| replayed decode |",
+                    "| ops per pass |", "| top ops by time |"):
         assert section in printed
     assert "device-run.json" in printed
 
