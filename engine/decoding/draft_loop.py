@@ -43,6 +43,8 @@ class _Captured:
 
 
 class DraftLoop:
+    """A draft model's cache drafting k greedy tokens at a time; on CUDA one graph per k (and attended lengths)."""
+
     def __init__(self, cache, *, capture: bool | None = None) -> None:
         if not supports(cache):
             raise ValueError(f"the draft loop needs a cache with device steps (a bucketed static cache or the "
