@@ -3,7 +3,8 @@
 
 In one process, for the 0.5B (the draft model), the 1.5B and the 7B shapes, today's captured path
 (the static cache replaying CUDA graphs) and the compiled step side by side, each beside eager:
-passes of k+1 = 1 and 8 at 512 tokens of context, a draft token, a cold 2,300-token prompt
+passes of k+1 = 1 and 8 at 512 tokens of context, a draft token (token by token, and in the draft
+loop of k = 4 and 8: one captured graph, one transfer), a cold 2,300-token prompt
 (1,024 before the cursor, 256 after, 1,024 from other files), 64-token replays at the τ measured
 on the CPU, and one pass of each path under torch.profiler (kernels per pass, the five that took
 longest); then the issue's targets, met or missed. Compiling costs most of the run, so the
@@ -33,5 +34,5 @@ def device_run_config(device: str, dtype: torch.dtype, *, quick: bool = False, w
         repeats=repeats or (2 if quick else 20), new_tokens=32 if quick else 64,
         fast_modes=(captured, "compiled"), measure=("times", "profile"), decode_attention=False,
         prefill_contexts=(300,) if quick else (COLD_PROMPT,), prefill_repeats=1 if quick else 3,
-        keep_going=True, replays=REPLAYS_DEVICE,
+        keep_going=True, replays=REPLAYS_DEVICE, draft_loop_ks=(4, 8),
     )

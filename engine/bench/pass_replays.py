@@ -1,6 +1,7 @@
 """Replayed decodes for `quickdraft bench passes`: a completion decoded through the real drafters,
 caches and acceptance code, with the number of drafts kept each pass fixed by τ (measured on the
-CPU with the real pair), since random-weight models agree on nothing."""
+CPU with the real pair), since random-weight models agree on nothing. On a fast path the draft model
+drafts as the engine's does there: greedy drafts in one device loop (engine/decoding/draft_loop.py)."""
 
 from __future__ import annotations
 

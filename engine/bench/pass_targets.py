@@ -9,7 +9,7 @@ COLD_PROMPT = 2300  # tokens: 1,024 before the cursor, 256 after, 1,024 from oth
 def targets(result: dict) -> list[dict]:
     """Issue 39's targets for an H100 or H200, each judged for every fast path measured."""
     def find(section: str, **match):
-        return next((row for row in result[section] if all(row.get(k) == v for k, v in match.items())), None)
+        return next((row for row in result.get(section, []) if all(row.get(k) == v for k, v in match.items())), None)
 
     rows = []
     for mode in result["config"]["fast_modes"]:
@@ -20,6 +20,9 @@ def targets(result: dict) -> list[dict]:
         step = find("draft_steps", model="qwen2.5-coder-0.5b", context=512, fast_mode=mode)
         if step:
             rows.append(_target("0.5B draft token", mode, step["fast_ms"], "≤", 0.6))
+        loop = find("draft_loops", model="qwen2.5-coder-0.5b", context=512, fast_mode=mode, k=8)
+        if loop:
+            rows.append(_target("0.5B draft token, k = 8 in the draft loop", mode, loop["loop_ms"], "≤", 0.6))
         plain = find("replays", verifier="qwen2.5-coder-7b", name="plain", fast_mode=mode)
         draft = find("replays", verifier="qwen2.5-coder-7b", name="draft", fast_mode=mode)
         if plain and draft:

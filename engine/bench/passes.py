@@ -9,7 +9,9 @@ model's does. In one process, for each model:
   cache; on CUDA its passes replay captured graphs; elsewhere the same bucketed computation);
   on the CPU also `decode`: the eager path with the attention CPU models are loaded with
   (engine/models/cpu_attention.py; eager and fast run SDPA);
-- a draft token as the draft model makes it (one-token pass, softmax, argmax to the host);
+- a draft token as the draft model makes it (one-token pass, softmax, argmax to the host), and
+  with `draft_loop_ks`, as the draft loop makes it (k tokens on the device, one transfer; on CUDA
+  one captured graph), beside token by token through the real drafter (engine/bench/pass_draft_loops.py);
 - prefill tokens/s (a whole context in one forward, and in the decoder's 128-token chunks);
 - 64-token decodes replayed with a fixed acceptance pattern (τ as measured on the CPU with the
   real pair), through the real draft-model drafter and the real acceptance code.
@@ -36,6 +38,7 @@ import torch
 
 from engine.decoding import cuda_graphs
 from engine.bench.model_configs import DRAFT, VERIFIERS, config_for
+from engine.bench.pass_draft_loops import measure_draft_loops
 from engine.bench.pass_ops import measure_ops, profile_paths, random_tokens
 from engine.bench.pass_replays import REPLAYS, Replay, replay_decode
 from engine.bench.pass_targets import targets
@@ -67,6 +70,7 @@ class PassesBenchConfig:
     prefill_contexts: tuple[int, ...] | None = None  # cold prompts read (None: the contexts)
     prefill_repeats: int = 1  # timed reads of each, the median counts (more than one: after an untimed one)
     compiled_buckets: tuple[int, ...] = BUCKETS  # pass sizes the compiled step compiles (longer: uncompiled)
+    draft_loop_ks: tuple[int, ...] = ()  # the draft model's k-token loops timed, at the shortest context
     decode_attention: bool = True  # on the CPU, also the eager path with the CPU's decode attention
     keep_going: bool = False  # a model or path that fails is an entry in "errors", and the run goes on
     preset: str | None = None
@@ -238,8 +242,8 @@ def run_passes_bench(config: PassesBenchConfig, progress: Callable[[str], None] 
 
     run = _Run(config, Timer(config.device), torch.Generator().manual_seed(config.seed), say)
     result = run.result = {"environment": environment(), "config": _describe(config, verifiers), "records": [],
-                           "draft_steps": [], "prefill": [], "warmup_s": {}, "fast_mode_used": {}, "replays": [],
-                           "profiles": [], "ops": [], "errors": [], "seconds": {}}
+                           "draft_steps": [], "draft_loops": [], "prefill": [], "warmup_s": {}, "fast_mode_used": {},
+                           "replays": [], "profiles": [], "ops": [], "errors": [], "seconds": {}}
     result["environment"].update(device=config.device, dtype=_precision(config))
     draft_name = DRAFT[kind]
     for name in (draft_name, *verifiers):
@@ -280,6 +284,10 @@ class _Run:
             records, steps = measure_passes(name, model, paths, config, self.timer, self.rng)
             result["records"] += records
             result["draft_steps"] += steps
+            if name == draft_name and config.draft_loop_ks:
+                self.say(f"{name}: draft loops of k = {', '.join(map(str, config.draft_loop_ks))}")
+                result["draft_loops"] += measure_draft_loops(name, model, paths, config.draft_loop_ks,
+                                                             min(config.contexts), config.repeats, self.timer, self.rng)
             result["prefill"] += measure_prefill(name, model, paths, config, self.timer, self.rng)
             if name != draft_name and self.draft is not None:
                 self.say(f"{name}: replayed {config.new_tokens}-token decodes")
@@ -364,4 +372,5 @@ def _describe(config: PassesBenchConfig, verifiers) -> dict:
             "measure": list(config.measure), "ops_sizes": list(config.ops_sizes),
             "prefill_contexts": list(config.prefill_contexts or config.contexts),
             "prefill_repeats": config.prefill_repeats, "compiled_buckets": list(config.compiled_buckets),
+            "draft_loop_ks": list(config.draft_loop_ks),
             "replays": [r.__dict__ for r in config.replays]}

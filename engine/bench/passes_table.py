@@ -49,6 +49,11 @@ def _timing_tables(result: dict, modes: list[str], table) -> list[str]:
     lines += table(("draft token", "context", "eager ms", *per_mode("ms")),
                    _side_by_side(result["draft_steps"], ("model", "context"), modes,
                                  lambda d: {"eager": [_ms(d["eager_ms"])], d["fast_mode"]: [_ms(d["fast_ms"])]}))
+    if result.get("draft_loops"):
+        lines += table(("draft token, k-step loop", "context", "path", "k", "token by token ms", "loop ms", "×",
+                        "same drafts"),
+                       [(d["model"], d["context"], d["fast_mode"], d["k"], _ms(d["per_token_ms"]), _ms(d["loop_ms"]),
+                         f"{d['speedup']:.1f}×", "yes" if d["same_drafts"] else "NO") for d in result["draft_loops"]])
     lines += table(("prefill", "context", "chunk", "eager ms", "eager tok/s", *per_mode("ms", "tok/s")),
                    _side_by_side(result["prefill"], ("model", "context", "chunk"), modes, lambda p: {
                        "eager": [_ms(p["eager_ms"]), f"{p['eager_tokens_per_s']:.0f}"],

@@ -48,13 +48,14 @@ def attended_length(needed: int, capacity: int) -> int:
     return min(length, capacity)
 
 
-def compile_step(step: StaticQwen2) -> torch.nn.Module:
-    """`step` compiled whole (a graph break fails loudly): fused kernels, and on CUDA graphs over them."""
+def compile_step(step: StaticQwen2, graphs: bool = True) -> torch.nn.Module:
+    """`step` compiled whole (a graph break fails loudly): fused kernels, and on CUDA (unless not
+    `graphs`: a caller that captures them itself) graphs over them."""
     device = next(step.parameters()).device
     # The global limit: torch.compile's own `recompile_limit` argument is recent (2.13 has it).
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
     if device.type == "cuda":
-        return torch.compile(step, dynamic=False, fullgraph=True, mode="reduce-overhead")
+        return torch.compile(step, dynamic=False, fullgraph=True, mode="reduce-overhead" if graphs else None)
     # Each generated C++ kernel records itself, so torch.profiler can count a pass's kernels
     # (engine/bench/pass_ops.py); the record costs nothing while no profiler listens.
     return torch.compile(step, dynamic=False, fullgraph=True, options={"cpp.enable_kernel_profile": True})
@@ -80,6 +81,7 @@ class CompiledKVCache(KVCache):
         self.mode = "compiled" if compiled else "uncompiled"  # as benchmarks name the fast path
         # Uncompiled, the same padded passes run the plain step: what the tests compare cheaply.
         self.padded_step = compile_step(self.step) if compiled else self.step
+        self._capturable_step: torch.nn.Module | None = None  # the draft loop's, on CUDA (device_step)
 
     @property
     def capacity(self) -> int:
@@ -127,6 +129,29 @@ class CompiledKVCache(KVCache):
         if self.compiled and self.device.type == "cuda":
             torch.compiler.cudagraph_mark_step_begin()  # the last replay's output was copied out
         return self.padded_step(ids, positions, attended_length(start + size, self.capacity))
+
+    def device_step(self, ids: torch.Tensor, positions: torch.Tensor, end: int) -> torch.Tensor:
+        """A pass of `ids` (n,) already on the device at `positions` (n,) that end before position
+        `end` (known on the host), exactly as `forward` runs n tokens when n is a bucket: float32
+        logits (n, vocab); `tokens` untouched (the caller's: the draft loop, engine/decoding/draft_loop.py).
+
+        On CUDA it runs the step compiled without graphs of its own: the draft loop captures its k
+        passes as one graph, and a graph cannot be captured around dynamo's CUDA-graph replays."""
+        step = self.padded_step
+        if self.compiled and self.device.type == "cuda":
+            if self._capturable_step is None:
+                self._capturable_step = compile_step(self.step, graphs=False)
+            step = self._capturable_step
+        return step(ids, positions, self.attended_length(end)).float()
+
+    def attended_length(self, end: int) -> int:
+        """The key positions a pass ending before `end` attends over."""
+        return attended_length(end, self.capacity)
+
+    @property
+    def runs_device_steps(self) -> bool:
+        """A one-token `device_step` is what `forward` runs for one token (a pass of 1 is a bucket)."""
+        return self.buckets[0] == 1
 
     def warm(self, sizes: tuple[int, ...] | None = None, contexts: tuple[int, ...] = (0,)) -> float:
         """Compile the graphs for passes of `sizes` tokens (default: every bucket) after `contexts`

@@ -213,19 +213,35 @@ class StaticKVCache(KVCache):
         if bucket.graph is not None:
             bucket.graph.replay()
             return bucket.output
-        return self._bucket_pass(bucket)
+        return self.padded_pass(bucket.ids, bucket.positions)
 
-    def _bucket_pass(self, bucket: _Bucket) -> torch.Tensor:
-        """The captured computation: only tensor operations on fixed buffers, no value read back."""
-        self.write_positions = bucket.positions
+    @property
+    def runs_device_steps(self) -> bool:
+        """Bucketed passes (graphs or not) are what `device_step` runs; the eager mode's are not."""
+        return self.mode != "eager"
+
+    def device_step(self, ids: torch.Tensor, positions: torch.Tensor, end: int) -> torch.Tensor:
+        """A pass of `ids` (n,) already on the device at `positions` (n,): float32 logits (n, vocab), the
+        computation `forward` runs for n tokens in a bucket of n; `tokens` untouched (the caller's: the
+        draft loop, engine/decoding/draft_loop.py). `end` is unused: the pass attends over the whole buffer."""
+        return self.padded_pass(ids[None], positions)
+
+    def attended_length(self, end: int) -> int:
+        """The key positions a bucketed pass attends over, wherever it ends: the whole buffer."""
+        return self.capacity
+
+    def padded_pass(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The captured computation: `ids` (1, n) at `positions` (n,) over the whole buffer, float32
+        logits (n, vocab); only tensor operations, no value read back, `tokens` untouched."""
+        self.write_positions = positions
         self.attend = self.capacity
-        allowed = self._key_positions[None, :] <= bucket.positions[:, None]  # causal, over the whole buffer
+        allowed = self._key_positions[None, :] <= positions[:, None]  # causal, over the whole buffer
         if self.model.config._attn_implementation == "eager":  # eager attention adds its mask
             mask = torch.zeros(allowed.shape, dtype=self._layers[0].keys.dtype, device=self.device)
             mask = mask.masked_fill(~allowed, torch.finfo(mask.dtype).min)
         else:
             mask = allowed
-        output = self.model(input_ids=bucket.ids, position_ids=bucket.positions[None], cache=self.hf_cache,
+        output = self.model(input_ids=ids, position_ids=positions[None], cache=self.hf_cache,
                             attention_mask={"full_attention": mask[None, None]}, use_cache=True)
         return output.logits[0].float()
 
@@ -238,7 +254,8 @@ class StaticKVCache(KVCache):
                 tail = self.capacity - size
                 torch.arange(tail, tail + size, out=bucket.positions)
                 started = time.perf_counter()
-                bucket.graph, bucket.output = cuda_graphs.capture(lambda: self._bucket_pass(bucket), self._pool)
+                bucket.graph, bucket.output = cuda_graphs.capture(
+                    lambda: self.padded_pass(bucket.ids, bucket.positions), self._pool)
                 log.debug("captured a %d-token pass in %.0f ms", size, (time.perf_counter() - started) * 1000)
         return bucket
 

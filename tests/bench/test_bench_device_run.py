@@ -47,6 +47,11 @@ def test_every_section_is_there_with_sane_values(quick_run):
     assert all(r["eager_ms"] > 0 and r["fast_ms"] > 0 and r["speedup"] > 0 for r in result["records"])
     assert {(d["model"], d["fast_mode"]) for d in result["draft_steps"]} == {(m, mode) for m in models for mode in modes}
     assert all(d["eager_ms"] > 0 and d["fast_ms"] > 0 for d in result["draft_steps"])
+    loops = result["draft_loops"]  # the draft model's k tokens in one device loop, beside token by token
+    assert config["draft_loop_ks"] == [4, 8]
+    assert {(d["model"], d["context"], d["fast_mode"], d["k"]) for d in loops} == {
+        ("quick-draft", 32, mode, k) for mode in modes for k in (4, 8)}
+    assert all(d["per_token_ms"] > 0 and d["loop_ms"] > 0 and d["same_drafts"] is True for d in loops)
     prefill = result["prefill"]
     assert {(p["model"], p["context"], p["chunk"], p["fast_mode"]) for p in prefill} == {
         (m, 300, chunk, mode) for m in models for chunk in (300, 128) for mode in modes}
@@ -78,7 +83,8 @@ def test_kernels_per_pass_and_the_profilers_summary(quick_run):
 def test_the_table_is_markdown(quick_run):
     _, _, printed = quick_run
     assert "| model | context | k+1 | eager ms | bucketed ms | bucketed × | compiled ms | compiled × |" in printed
-    for section in ("| draft token |", "| prefill |", "| replayed decode |", "| ops per pass |", "| top ops by time |"):
+    for section in ("| draft token |", "| draft token, k-step loop |", "| prefill |", "| replayed decode |",
+                    "| ops per pass |", "| top ops by time |"):
         assert section in printed
     assert "device-run.json" in printed
 
@@ -110,7 +116,8 @@ def test_the_preset_sets_its_own_shape_of_run(tmp_path, capsys):
 def made_up(fast_ms: dict[str, float]) -> dict:
     """A device run's result with the figures the targets read, every fast path at `fast_ms`'s values."""
     modes = list(fast_ms)
-    result = {"config": {"fast_modes": modes}, "records": [], "draft_steps": [], "replays": [], "prefill": []}
+    result = {"config": {"fast_modes": modes}, "records": [], "draft_steps": [], "draft_loops": [], "replays": [],
+              "prefill": []}
     for mode, ms in fast_ms.items():
         for model in ("qwen2.5-coder-1.5b", "qwen2.5-coder-7b"):
             result["records"].append({"model": model, "context": 512, "pass_tokens": 8, "fast_mode": mode,
@@ -119,6 +126,8 @@ def made_up(fast_ms: dict[str, float]) -> dict:
                                       "fast_ms": ms * 20})
         result["draft_steps"].append({"model": "qwen2.5-coder-0.5b", "context": 512, "fast_mode": mode,
                                       "fast_ms": ms / 2})
+        result["draft_loops"] += [{"model": "qwen2.5-coder-0.5b", "context": 512, "fast_mode": mode, "k": k,
+                                   "loop_ms": ms / (5 if k == 8 else 4)} for k in (4, 8)]
         result["replays"] += [{"verifier": "qwen2.5-coder-7b", "name": "plain", "fast_mode": mode, "fast_ms": ms * 192},
                               {"verifier": "qwen2.5-coder-7b", "name": "draft", "fast_mode": mode, "fast_ms": ms * 60},
                               {"verifier": "qwen2.5-coder-1.5b", "name": "lookup", "fast_mode": mode,
@@ -129,9 +138,11 @@ def made_up(fast_ms: dict[str, float]) -> dict:
 def test_the_issues_targets_are_judged_for_each_path():
     rows = targets(made_up({"graphs": 7.5, "compiled": 1.0}))
     by = {(t["fast_mode"], t["target"]): t for t in rows}
-    assert len(rows) == 2 * 7
+    assert len(rows) == 2 * 8
     compiled = [t for t in rows if t["fast_mode"] == "compiled"]
-    assert all(t["met"] and t["off_by"] == 0 for t in compiled)  # 1.0 / 3.0 / 0.5 ms, 3.2×, 26 ms, 20 ms
+    assert all(t["met"] and t["off_by"] == 0 for t in compiled)  # 1.0 / 3.0 / 0.5 / 0.2 ms, 3.2×, 26 ms, 20 ms
+    loop = by["graphs", "0.5B draft token, k = 8 in the draft loop ≤ 0.6 ms"]  # k = 8's figure, not k = 4's
+    assert loop["value"] == pytest.approx(1.5) and not loop["met"]
     graphs = by["graphs", "1.5B pass, k+1 = 8, 512 context ≤ 1.5 ms"]
     assert not graphs["met"] and graphs["off_by"] == pytest.approx(6.0) and graphs["value"] == 7.5
     speedup = by["graphs", "64 tokens, 7B + 0.5B draft at τ = 3, × the 7B plain ≥ 2.5×"]
