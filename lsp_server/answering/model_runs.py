@@ -140,14 +140,15 @@ class ModelRun:
 
     def answer(self, partial) -> None:
         """The answer at the budget; once it is given, the decode's text grown since."""
+        service, uri = self.service, self.cursor.uri
+        # The draft model's text: first, or after the loop's own empty answer (which has no such flag).
+        if getattr(partial, "provisional", False) and not self.provisional:
+            self.provisional = True
+            service.telemetry.verdicts.provisional += 1
         if self.answered.done():
             self.grew(partial)
             return
-        service, uri = self.service, self.cursor.uri
         self.answered.set_result(partial)
-        if getattr(partial, "provisional", False):  # the loop's own empty answer has no such flag
-            self.provisional = True
-            service.telemetry.verdicts.provisional += 1
         service.shown[uri] = self.decode_on.on_screen = Shown.of(self.cursor, partial)
         service.decode_on[uri] = self.decode_on  # what the user types next may follow it
         self.record(partial)

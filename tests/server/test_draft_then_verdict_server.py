@@ -98,3 +98,24 @@ async def test_showing_the_draft_first_without_a_draft_model_says_why(tiny_model
         assert await complete(service, editor, URI, LINE, CHARACTER) == []
     finally:
         service.shutdown()
+
+
+async def test_past_the_budget_the_draft_shows_when_it_is_there_and_the_verdict_after_it(
+        tiny_model_dir, tiny_draft_dir):
+    """A 1 ms budget: answered empty in time; the draft model's text is told of when it is there,
+    then the verdict, each through the ready notification."""
+    verifier_alone = await answer_alone(tiny_model_dir)
+    editor = Editor()
+    service = make_service(editor, verifier=str(tiny_model_dir), draft=str(tiny_draft_dir), budget_ms=1.0,
+                           prefix_tokens=2048, cold_prefix_tokens=0, **SETTINGS)
+    await service.load_models()
+    try:
+        editor.open(URI, TEXT)
+        assert await complete(service, editor, URI, LINE, CHARACTER) == []
+        await until(lambda: service.telemetry.verdicts.replaced + service.telemetry.verdicts.extended, "the verdict")
+        assert service.telemetry.verdicts.provisional == 1
+        assert ready(editor) and set(map(str, ready(editor))) == {str(ready_params(URI, 1, LINE, CHARACTER))}
+        assert texts(await complete(service, editor, URI, LINE, CHARACTER)) == verifier_alone
+        assert service.telemetry.recent[-1].source == "kept"
+    finally:
+        service.shutdown()
