@@ -60,7 +60,8 @@ def _tiny(args: argparse.Namespace) -> int:
 
 
 def machine_presets() -> list[str]:
-    """The presets `quickdraft serve` loads by default here: the 0.5B alone on a CPU, the pair on a GPU."""
+    """The presets `quickdraft serve` loads by default here: the 0.5B alone on a CPU, on a GPU the pair its
+    memory affords (engine/models/gpu_pairs.py)."""
     from engine.modes import needs_draft_model
     from lsp_server.workspace.settings import machine_defaults
 

