@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -346,6 +347,8 @@ def test_cli_list_verify_remove(index, home, capsys):
     assert cli_main(["models", "list"]) == 0
     text = capsys.readouterr().out
     assert "default = qwen2.5-coder-1.5b (verifier) + qwen2.5-coder-0.5b (draft)" in text
+    assert "7b = qwen2.5-coder-7b (verifier) + qwen2.5-coder-0.5b (draft)" in text
+    assert re.search(r"qwen2.5-coder-0.5b +missing .* draft of default, 3b, 7b, 14b ", text)
 
     assert cli_main(["models", "verify", index.preset.name]) == 0
     assert "qdtest-tiny: ok" in capsys.readouterr().out
