@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.models import presets
 from engine.modes import DRAFTER_MODES
 from lsp_server.cli import build_parser
 from lsp_server.cli.serve import settings_from_args
@@ -99,7 +100,8 @@ def test_the_docs_settings_table_is_the_tables():
     assert written == markdown_table(), REWRITE
 
 
-def test_the_docs_say_what_each_machine_gets():
+def test_the_docs_say_what_each_machine_gets(tmp_path, monkeypatch):
+    monkeypatch.setenv("QUICKDRAFT_HOME", str(tmp_path))  # no installed pair: the card alone decides
     from engine.completion import CPU_CONTEXT_BUDGET
     from engine.text.prompt import ContextBudget
 
@@ -110,9 +112,11 @@ def test_the_docs_say_what_each_machine_gets():
             f"`{spec.client_name}`" not in header] == [], "a column for every machine default"
     rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
             for line in section.splitlines() if line.startswith(("| GPU", "| CPU"))}
-    for machine, label, budget in (("gpu", "GPU (CUDA)", ContextBudget()), ("cpu", "CPU only", CPU_CONTEXT_BUDGET)):
-        models = [f"`{MACHINE_DEFAULTS[machine][name]}`" for name in ("verifier", "draft", "drafter")]
-        assert rows[label][:3] == models
+    gpu_rows = gpu_rows_by_memory()
+    assert [label for label in rows if label.startswith("GPU")] == list(gpu_rows), "a GPU row per pair, by memory"
+    for label, models in [*gpu_rows.items(), ("CPU only", MACHINE_DEFAULTS["cpu"])]:
+        assert rows[label][:3] == [f"`{models[name]}`" for name in ("verifier", "draft", "drafter")]
+    for label, budget in [*((label, ContextBudget()) for label in gpu_rows), ("CPU only", CPU_CONTEXT_BUDGET)]:
         tokens = [budget.prefix_tokens, budget.suffix_tokens, budget.other_documents_tokens, budget.cold_prefix_tokens]
         assert rows[label][4].startswith(" / ".join("off" if n is None else str(n) for n in tokens))
 
@@ -123,3 +127,21 @@ def test_the_readme_links_to_the_settings_instead_of_copying_them():
     rows = [line for line in readme.splitlines() if re.match(r"\| `(\w+)`", line)
             and re.match(r"\| `(\w+)`", line).group(1) in {spec.client_name for spec in SETTINGS}]
     assert rows == []
+
+
+def gpu_rows_by_memory() -> dict[str, dict[str, str]]:
+    """The GPU rows the docs must have: a label with the card sizes (engine/models/gpu_pairs.py's
+    thresholds, in GB) → the machine defaults such a card gets."""
+    from engine.models.gpu_pairs import pairs_by_size, smallest_card_bytes
+
+    pairs = pairs_by_size()
+    bounds = [round(smallest_card_bytes(pair) / 1e9, 1) for pair in pairs[1:]]
+    ranges = [f"under {bounds[0]} GB", *(f"{low}–{high} GB" for low, high in zip(bounds, bounds[1:])),
+              f"{bounds[-1]} GB and more"]
+    rows = {}
+    for pair, text, low in zip(pairs, ranges, [0, *bounds]):
+        # The card at the range's low end (or 8 GB) really gets this pair from machine_defaults.
+        defaults = machine_defaults("gpu", gpu_memory=int(max(low, 8) * 1e9) + 1)
+        assert defaults.verifier == presets.PAIRS[pair]["verifier"], text
+        rows[f"GPU (CUDA), {text}"] = {"verifier": defaults.verifier, "draft": defaults.draft, "drafter": defaults.drafter}
+    return rows

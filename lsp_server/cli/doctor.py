@@ -235,6 +235,8 @@ def run_doctor(args: argparse.Namespace) -> int:
     server.append(model_check("verifier", plan.verifier, args.rehash))
     if plan.device == "cpu":
         server.append(calibration_check(args.verifier))
+    elif plan.device.startswith("cuda"):
+        server.append(gpu_pair_check(args.verifier))
     if plan.draft == "none":
         server.append(Check("draft", True, f"none (drafter {plan.drafter} needs no draft model)"))
     else:
@@ -298,3 +300,16 @@ def calibration_check(verifier_flag: str | None) -> Check:
     overridden = " (--verifier overrides it)" if verifier_flag else ""
     return Check("calibration", True, f"{record['verifier']} chosen {record['time'][:10]}{overridden}: {record['reason']}")
 
+
+
+def gpu_pair_check(verifier_flag: str | None, gpu_memory: int | None = None) -> Check:
+    """The pair this card's memory affords (engine/models/gpu_pairs.py) and why; a larger one that
+    fits but is not installed is a next step, not a failure."""
+    from lsp_server.workspace.settings import gpu_choice
+
+    choice = gpu_choice(gpu_memory)
+    if choice is None:
+        return Check("GPU pair", True, "no CUDA card to measure: the GPU default pair")
+    overridden = " (--verifier overrides it)" if verifier_flag else ""
+    return Check("GPU pair", True, f"{choice.pair} = {choice.verifier} + {choice.draft}{overridden}: {choice.reason}",
+                 f"quickdraft models pull {choice.larger} (a larger pair this card affords)" if choice.larger else "")

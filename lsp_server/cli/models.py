@@ -60,7 +60,8 @@ def _tiny(args: argparse.Namespace) -> int:
 
 
 def machine_presets() -> list[str]:
-    """The presets `quickdraft serve` loads by default here: the 0.5B alone on a CPU, the pair on a GPU."""
+    """The presets `quickdraft serve` loads by default here: the 0.5B alone on a CPU, on a GPU the pair its
+    memory affords (engine/models/gpu_pairs.py)."""
     from engine.modes import needs_draft_model
     from lsp_server.workspace.settings import machine_defaults
 
@@ -102,16 +103,25 @@ def _list(args: argparse.Namespace) -> int:
         json.dump([info.to_json() for info in infos], sys.stdout, indent=2)
         print()
         return 0
-    print(f"{'PRESET':<20} {'STATUS':<10} {'SIZE':>8} {'DTYPE':<9} {'SOURCE':<6} {'ROLE':<18} PATH")
+    print(f"{'PRESET':<20} {'STATUS':<10} {'SIZE':>8} {'DTYPE':<9} {'SOURCE':<6} {'ROLE':<30} PATH")
     for info in infos:
         size = f"{info.size_bytes / GB:.2f} GB" if info.installed else "-"
         path = info.path if info.installed else f"(quickdraft models pull {info.name})"
         print(f"{info.name:<20} {'installed' if info.installed else 'missing':<10} {size:>8} "
-              f"{info.dtype or '-':<9} {info.source or '-':<6} {', '.join(info.roles) or '-':<18} {path}")
+              f"{info.dtype or '-':<9} {info.source or '-':<6} {_roles(info.roles) or '-':<30} {path}")
     for pair, members in presets.PAIRS.items():
         print(f"{pair} = {members['verifier']} (verifier) + {members['draft']} (draft)")
     _list_heads()
     return 0
+
+
+def _roles(roles: list[str]) -> str:
+    """["default draft", "3b draft"] → "draft of default, 3b": the 0.5B drafts for every pair."""
+    pairs_by_role: dict[str, list[str]] = {}
+    for entry in roles:
+        pair, role = entry.rsplit(" ", 1)
+        pairs_by_role.setdefault(role, []).append(pair)
+    return "; ".join(f"{role} of {', '.join(pairs)}" for role, pairs in pairs_by_role.items())
 
 
 def _list_heads() -> None:

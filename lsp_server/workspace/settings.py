@@ -123,16 +123,20 @@ class Settings:
 
 
 # What `quickdraft serve` runs where nothing else is chosen (docs/server.md: "What runs by default where"):
-# on a GPU the 1.5B verifier with the 0.5B draft; on a CPU the 0.5B alone with prompt lookup, which
-# answers a typical automatic request near the 200 ms budget.
+# on a GPU a verifier with the 0.5B draft, the verifier chosen by the card's memory (below; the 1.5B
+# where no card can be asked, as when "gpu" is named on a machine without one); on a CPU the 0.5B
+# alone with prompt lookup, which answers a typical automatic request near the 200 ms budget.
 MACHINE_DEFAULTS = {
     "gpu": {"verifier": "qwen2.5-coder-1.5b", "draft": "qwen2.5-coder-0.5b", "drafter": "hybrid"},
     "cpu": {"verifier": "qwen2.5-coder-0.5b", "draft": "none", "drafter": "lookup"},
 }
 
 
-def machine_defaults(machine: str | None = None) -> Settings:
-    """The settings `quickdraft serve` starts from on this machine (or on `machine`: "gpu", "cpu")."""
+def machine_defaults(machine: str | None = None, *, gpu_memory: int | None = None) -> Settings:
+    """The settings `quickdraft serve` starts from on this machine (or on `machine`: "gpu", "cpu").
+
+    gpu_memory: the card's total memory in bytes (default: CUDA's card 0, where there is one).
+    """
     if machine is None:
         from engine.models.loading import default_device
 
@@ -144,7 +148,21 @@ def machine_defaults(machine: str | None = None) -> Settings:
         calibrated = load()  # `quickdraft doctor --calibrate`: the verifier this CPU affords
         if calibrated is not None:
             defaults["verifier"] = calibrated["verifier"]
+    if machine == "gpu":
+        choice = gpu_choice(gpu_memory)
+        if choice is not None:
+            defaults.update(verifier=choice.verifier, draft=choice.draft)
     return Settings(**defaults)
+
+
+def gpu_choice(gpu_memory: int | None = None):
+    """The pair the card affords (engine/models/gpu_pairs.py), or None where no card can be asked."""
+    from engine.models import gpu_pairs
+
+    memory = gpu_memory if gpu_memory is not None else gpu_pairs.card_memory()
+    if memory is None:
+        return None
+    return gpu_pairs.gpu_pair_for(memory, installed=gpu_pairs.installed_pairs())
 
 
 @dataclass(frozen=True)

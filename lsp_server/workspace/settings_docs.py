@@ -41,6 +41,11 @@ def json_value(value: Any) -> Any:
 def per_machine(spec: SettingSpec) -> str:
     """"lookup on a CPU, hybrid on a GPU" for the settings MACHINE_DEFAULTS names, else ""."""
     cpu, gpu = MACHINE_DEFAULTS["cpu"].get(spec.name), MACHINE_DEFAULTS["gpu"].get(spec.name)
+    if spec.name == "verifier":  # a GPU's is chosen by its memory (engine/models/gpu_pairs.py)
+        from engine.models import gpu_pairs, presets
+
+        sizes = [presets.PAIRS[pair]["verifier"] for pair in gpu_pairs.pairs_by_size()]
+        gpu = f"from {sizes[0]} to {sizes[-1]} by the card's memory"
     return f"{cpu} on a CPU, {gpu} on a GPU" if cpu is not None else ""
 
 

