@@ -7,16 +7,17 @@ prefix. It is not thread-safe: callers (the LSP scheduler) run it on a single wo
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import torch
 
-from engine.decoding.confidence import Confidence, Held, default_min_confidence, gate, judge
+from engine.answers import Answers, CompletionResult
+from engine.decoding.compile_in_background import CompilePlan, compile_in_background, serves_drafter
+from engine.decoding.confidence import default_min_confidence
 from engine.decoding.decoder import GenerationConfig, GenerationResult, OnDeadline, SpeculativeDecoder
 from engine.decoding.kv import PREFILL_CHUNK
 from engine.decoding.kv_static import cache_factory
@@ -28,12 +29,11 @@ from engine.medusa.store import find_heads
 from engine.models.loading import LoadedModel, check_pair, cpu_weights, load_model, parse_device
 from engine.models.quantize import ROWS_PER_READ, pass_prompt_tokens
 from engine.modes import check_drafter, needs_draft_model
-from engine.stats import DecodeStats
 from engine.text.cursor import Cursor
 from engine.text.document_prompts import DocumentPrompts, Prompt
 from engine.text.fim import FimTemplate
 from engine.text.healing import after_healed, healing_constraint, skip_chars, stops_outside, vocabulary as healing_vocabulary
-from engine.text.postprocess import left_its_block, postprocess
+from engine.text.postprocess import left_its_block
 from engine.text.prompt import ContextBudget
 from engine.text.syntax import language_from
 from engine.text.text_stream import stop_strings_for
@@ -71,80 +71,6 @@ class CompletionRequest:
     min_confidence: float | None = None
 
 
-@dataclass
-class CompletionResult:
-    text: str  # what the editor inserts at the cursor
-    replace_after: int  # characters after the cursor, on its line, that `text` replaces
-    raw_text: str  # the verifier's output before post-processing
-    token_ids: list[int]
-    stop_reason: str
-    multiline: bool
-    prompt_tokens: int
-    stats: DecodeStats = field(default_factory=DecodeStats)
-    anchored: bool = False  # the prompt continued an anchor (typed text in the middle)
-    confidence: Confidence | None = None  # of the text shown (before the gate); None: nothing to judge
-    withheld: str = ""  # why nothing is shown although the model answered (confidence.LOW_CONFIDENCE)
-    held: Held | None = None  # a withheld answer that shows once the user types its start
-    provisional: bool = False  # the draft model's, shown before the verifier's verdict (engine/backends/verdict.py)
-
-    def to_dict(self) -> dict:
-        data = asdict(self)
-        data["stats"] = self.stats.to_dict()
-        return data
-
-
-@dataclass
-class _Answers:
-    """One request's decoder output as the editor sees it (past the healed text, post-processed,
-    gated on confidence), and the answers handed to `on_answer` before the decode ends."""
-
-    tokenizer: object
-    cursor: Cursor
-    prompt: Prompt
-    min_confidence: float
-    on_answer: Callable[[CompletionResult], None] | None
-    answered: bool = False  # on_answer was called
-
-    def shown(self, result: GenerationResult, multiline: bool | None = None) -> CompletionResult:
-        multiline = self.cursor.multiline if multiline is None else multiline
-        text = after_healed(result.text, self.prompt.healed)  # what follows the cursor
-        shown = postprocess(text, self.cursor, multiline=multiline, cut_short=result.stop_reason == StopReason.MAX_NEW_TOKENS,
-                            ended=result.stop_reason in (StopReason.EOS, StopReason.STOP_STRING))
-        judged = judge(self.tokenizer, result, shown.text, self.prompt.healed)
-        return gate(CompletionResult(
-            text=shown.text, replace_after=shown.replace_after, raw_text=text,
-            token_ids=result.token_ids, stop_reason=result.stop_reason, multiline=multiline,
-            prompt_tokens=len(self.prompt.token_ids), stats=copy.deepcopy(result.stats), anchored=self.prompt.anchored,
-            confidence=judged.confidence() if judged is not None else None,
-        ), self.min_confidence, judged)
-
-    def answer(self, completion: CompletionResult) -> None:
-        self.answered = True
-        self.on_answer(completion)
-
-    def answer_so_far(self, partial: GenerationResult) -> None:
-        """The decoder's hand-over: at the deadline, and after it each time the text gains a line."""
-        self.answer(self.shown(partial))
-
-    def with_next_line(self, line: GenerationResult, one_line: CompletionResult,
-                       look: GenerationResult) -> CompletionResult:
-        """A finished line shown with the next one decoded so far, where the two show as one."""
-        two_lines = self.shown(self._two_lines(line, look), multiline=True)
-        # Only past a line shown whole: one that post-processing cut or withheld stays so.
-        grows = two_lines.text.startswith(one_line.text + "\n") and two_lines.replace_after == one_line.replace_after
-        return two_lines if grows else replace(one_line, stats=two_lines.stats)
-
-    def _two_lines(self, line: GenerationResult, look: GenerationResult) -> GenerationResult:
-        """A finished line and the next one (so far) as one output."""
-        ids = line.token_ids + look.token_ids
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        head = line.text + "\n"
-        next_line = text[len(head):].split("\n", 1)[0] if text.startswith(head) else ""
-        stats = copy.deepcopy(line.stats)
-        stats.add(look.stats)
-        return GenerationResult(ids, head + next_line, look.stop_reason, stats, line.logprobs + look.logprobs)
-
-
 class CompletionEngine:
     def __init__(
         self,
@@ -154,12 +80,16 @@ class CompletionEngine:
         drafter: str = "hybrid",
         max_draft_tokens: int = 8,
         context_budget: ContextBudget | None = None,
+        compiled_step: bool | CompilePlan = False,
     ) -> None:
         self.verifier, self.draft, self.tokenizer = verifier, draft, verifier.tokenizer
         # With quantized weights longer passes cost more (int8: a weight read per ROWS_PER_READ
         # tokens; 4-bit: work per row): a longer draft rarely pays for it.
         self.max_draft_tokens = min(max_draft_tokens, ROWS_PER_READ - 1) if verifier.weights else max_draft_tokens
         self.prompts = DocumentPrompts(self.tokenizer, context_budget)  # per document: anchors, windows
+        # Made before today's caches capture graphs over the weights it lays out anew (the module says why).
+        self.compiled = compile_in_background(compiled_step, verifier, draft, self.max_draft_tokens, self.prompts.budget)
+        self._compiled_kv = None  # the verifier's compiled-step cache, once taken up (_take_up_compiled)
         # Static KV cache + CUDA graphs on CUDA (captured here, at load), the dynamic cache on a CPU.
         self._new_cache = cache_factory(verifier.device)
         self._draft_cache = None  # kept across drafter switches: recapturing graphs costs seconds
@@ -167,11 +97,14 @@ class CompletionEngine:
         self.prefill_chunk = PREFILL_CHUNK if verifier.device.type == "cpu" else None
         self.pass_prompt_tokens = pass_prompt_tokens(verifier.model)
         self.decoder = SpeculativeDecoder(verifier.model, None, self.tokenizer, kv_factory=self._new_cache)
+        self._usual_kv = self.decoder.kv  # today's: serves until the compiled step is taken up, and tree drafters after
         self.heads = find_heads(verifier.name, verifier.model)  # trained Medusa heads, if any
         self.feature_head = find_heads(verifier.name, verifier.model, kind="feature")  # and the feature head
         healing_vocabulary(self.tokenizer)  # built at load (~0.5 s for Qwen's), not in the first request
         self.drafter_mode = ""
         self.set_drafter(drafter)
+        if self.compiled is not None:
+            self.compiled.start()  # today's caches are made (and captured): compile beside them
 
     @classmethod
     def load(
@@ -183,12 +116,14 @@ class CompletionEngine:
         dtype: str | None = None,
         device: str | None = None,
         max_draft_tokens: int = 8,
+        compiled_step: bool = False,
     ) -> "CompletionEngine":
         """Load models by spec (preset name, directory, .gguf; None → the default pair).
 
         `draft="none"` (or drafter "lookup"/"none") loads no draft model. On a CPU the default
         dtype is 4-bit weights, or int8 (engine/models/quantize.py): passes of a few tokens, what typing
         costs, are two to five times as fast, with the same completion quality (docs/models.md, "4-bit weights").
+        `compiled_step`: take up the compiled decode step once compiled in the background (off until a GPU run measures it).
         """
         if drafter == "draft" and draft == "none":
             raise ModelError("drafter 'draft' needs a draft model: pass --draft, or use --drafter lookup")
@@ -201,7 +136,7 @@ class CompletionEngine:
             check_pair(loaded_verifier, loaded_draft)
         budget = CPU_CONTEXT_BUDGET if loaded_verifier.device.type == "cpu" else ContextBudget()
         return cls(loaded_verifier, loaded_draft, drafter=drafter, max_draft_tokens=max_draft_tokens,
-                   context_budget=budget)
+                   context_budget=budget, compiled_step=compiled_step)
 
     def set_drafter(self, mode: str) -> None:
         """Switch drafting mode. Without a draft model 'draft' falls back to 'lookup' and 'hybrid'
@@ -221,6 +156,18 @@ class CompletionEngine:
                                                 heads=self.heads, feature_head=self.feature_head,
                                                 kv_factory=self._draft_kv)
             self.drafter_mode = mode
+        usable = self._compiled_kv is not None and serves_drafter(self.decoder.drafter)
+        self.decoder.kv = self._compiled_kv if usable else self._usual_kv  # trees and heads need today's cache
+
+    def _take_up_compiled(self) -> None:
+        """At the start of a request or warm-up, never inside one: the compiled step's caches, once compiled in
+        the background (engine/decoding/compile_in_background.py). They start empty: the request prefills."""
+        caches = self.compiled.take() if self.compiled is not None else None
+        if caches:
+            self._usual_kv.crop(0)  # its KV dropped; kept for tree drafters and the heads
+            self._compiled_kv, self._draft_cache = caches["verifier"], caches.get("draft", self._draft_cache)
+            mode, self.drafter_mode = self.drafter_mode, ""  # the drafter made again, over the draft model's new cache
+            self.set_drafter(mode)
 
     def _draft_kv(self, model):
         if self._draft_cache is None:
@@ -275,6 +222,7 @@ class CompletionEngine:
         """Continue a plain text prompt (no fill-in-the-middle)."""
         if not prompt:
             raise PromptError("the prompt is empty: give some text to continue")
+        self._take_up_compiled()
         prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
         config = GenerationConfig(
             max_new_tokens=max_new_tokens, sampling=sampling or SamplingParams(), seed=seed,
@@ -301,12 +249,13 @@ class CompletionEngine:
         single-line one when its line is done (before the next line is decoded as a draft).
         """
         budget_start = request.received_at if request.received_at is not None else time.monotonic()
+        self._take_up_compiled()
         deadline = budget_start + request.budget_ms / 1000 - ANSWER_MARGIN_S if request.budget_ms else None
         cursor = self.cursor(request)
         prompt = self.prompt_for(request, cursor)
         config = self._generation_config(request, cursor, prompt, deadline)
         min_confidence = default_min_confidence(self.verifier.name) if request.min_confidence is None else request.min_confidence
-        answers = _Answers(self.tokenizer, cursor, prompt, min_confidence, on_answer)
+        answers = Answers(self.tokenizer, cursor, prompt, min_confidence, on_answer)
         answer_so_far = answers.answer_so_far if on_answer is not None else None
         # A multi-line answer grows by whole lines after the budget's answer.
         result = self._run(prompt.token_ids, config, prompt.token_streams, cancel, skip_chars(on_text, len(prompt.healed)),
@@ -334,7 +283,7 @@ class CompletionEngine:
             done_at_line=(lambda text: left_its_block(after_healed(text, prompt.healed), cursor)) if cursor.multiline else None,
         )
 
-    def _and_next_line(self, answers: _Answers, line: GenerationResult, config: GenerationConfig,
+    def _and_next_line(self, answers: Answers, line: GenerationResult, config: GenerationConfig,
                        cancel) -> tuple[CompletionResult, list[int]]:
         """A finished one-line completion, and the next line's tokens: the first pass's draft after Enter,
         and shown as well where the cursor ends its line and the budget has time left."""
@@ -376,6 +325,7 @@ class CompletionEngine:
 
         The request's own first pass then feeds only what changed since, with its draft.
         """
+        self._take_up_compiled()
         prompt = self.prompt_for(request)
         ids = prompt.token_ids
         with torch.inference_mode():

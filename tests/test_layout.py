@@ -100,6 +100,7 @@ ENGINE_LAYERS = (
     ("engine.decoding",),
     ("engine.medusa",),
     ("engine.drafters",),
+    ("engine.answers",),
     ("engine.completion",),
     ("engine.backends",),
     ("engine.bench",),
@@ -131,7 +132,7 @@ def test_lower_engine_layers_never_import_higher_ones():
 
 def test_the_engines_root_holds_the_front_door_and_shared_names():
     root = sorted(path.stem for path in (ROOT / "engine").glob("*.py"))
-    assert root == ["__init__", "completion", "errors", "modes", "stats"]
+    assert root == ["__init__", "answers", "completion", "errors", "modes", "stats"]  # answers: the front door's result
 
 
 

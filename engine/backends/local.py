@@ -10,6 +10,9 @@ from engine.backends.base import Health, TextCallback
 from engine.completion import CompletionEngine, CompletionRequest, CompletionResult
 
 
+CLOSE_WAIT_S = 10.0  # for a background compile to end its graph: a process must not exit inside one
+
+
 class LocalBackend:
     kind = "local"
     shared = False  # this editor's alone: it may decode ahead of what is asked
@@ -20,8 +23,9 @@ class LocalBackend:
 
     @classmethod
     def load(cls, verifier: str | None, draft: str | None, *, drafter: str, dtype: str | None = None,
-             device: str | None = None) -> "LocalBackend":
-        engine = CompletionEngine.load(verifier, draft, drafter=drafter, dtype=dtype, device=device)
+             device: str | None = None, compiled_step: bool = False) -> "LocalBackend":
+        engine = CompletionEngine.load(verifier, draft, drafter=drafter, dtype=dtype, device=device,
+                                       compiled_step=compiled_step)
         engine.template  # noqa: B018 -- a model without fill-in-the-middle tokens fails here, with the reason
         return cls(engine)
 
@@ -50,9 +54,13 @@ class LocalBackend:
         return f"{verifier.name} ({verifier.precision}, {verifier.device}), drafter {self.engine.drafter_mode}"
 
     def stats(self) -> dict:
-        verifier, draft = self.engine.verifier, self.engine.draft
+        verifier, draft, compiled = self.engine.verifier, self.engine.draft, self.engine.compiled
         return {"kind": self.kind, "verifier": verifier.name, "draft": draft.name if draft is not None else None,
-                "device": str(verifier.device), "dtype": str(verifier.dtype).removeprefix("torch.")}
+                "device": str(verifier.device), "dtype": str(verifier.dtype).removeprefix("torch."),
+                # "compiling", "ready in N s" or "failed: reason", the graphs compiled, the plan (None: off)
+                "compiled_step": compiled.stats() if compiled is not None else None}
 
     def close(self) -> None:
-        pass
+        if self.engine.compiled is not None:
+            self.engine.compiled.stop()  # a compile still running ends after its current graph
+            self.engine.compiled.wait(timeout=CLOSE_WAIT_S)

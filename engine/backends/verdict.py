@@ -34,14 +34,15 @@ class DraftThenVerdict(LocalBackend):
 
     @classmethod
     def load(cls, verifier: str | None, draft: str | None, *, drafter: str, dtype: str | None = None,
-             device: str | None = None) -> "DraftThenVerdict":
+             device: str | None = None, compiled_step: bool = False) -> "DraftThenVerdict":
         """The verifier drafts with the draft model (hybrid, unless `drafter` is another mode that uses it),
-        so its first pass checks the text shown."""
+        so its first pass checks the text shown. `compiled_step` is the verifier engine's (the draft model's
+        own engine, which shows its answer first, keeps the usual cache)."""
         if draft == "none":
             raise ModelError("showing the draft first needs a draft model: set `draft` (e.g. qwen2.5-coder-0.5b), "
                              "or turn `showDraftFirst` off")
         engine = LocalBackend.load(verifier, draft, drafter=drafter if needs_draft_model(drafter) else "hybrid",
-                                   dtype=dtype, device=device).engine
+                                   dtype=dtype, device=device, compiled_step=compiled_step).engine
         if engine.draft.name == engine.verifier.name:
             raise ModelError(f"showing the draft first needs a draft model other than the verifier ({verifier}): "
                              "set `verifier` to the larger model")

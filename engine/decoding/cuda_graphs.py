@@ -38,7 +38,9 @@ def capture(run: Callable[[], torch.Tensor], pool) -> tuple["torch.cuda.CUDAGrap
             run()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool):
+    # Thread-local: the engine's background compile (engine/decoding/compile_in_background.py) may run
+    # CUDA work on its own thread meanwhile; in global mode that work would fail this capture.
+    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
         output = run()
     return graph, output
 

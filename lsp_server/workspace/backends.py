@@ -33,8 +33,8 @@ def open_backend(settings: Settings, on_health: HealthCallback) -> Backend:
         from engine.backends.verdict import DraftThenVerdict
 
         return DraftThenVerdict.load(settings.verifier, settings.draft, drafter=settings.drafter,
-                                     dtype=settings.dtype, device=settings.device)
+                                     dtype=settings.dtype, device=settings.device, compiled_step=settings.compiled_step)
     from engine.backends.local import LocalBackend
 
     return LocalBackend.load(settings.verifier, settings.draft, drafter=settings.drafter, dtype=settings.dtype,
-                             device=settings.device)
+                             device=settings.device, compiled_step=settings.compiled_step)

@@ -83,6 +83,10 @@ class Settings:
         False, "show the draft model's own answer inside the budget, then the verifier's where it differs (the ready "
         "notification): for a verifier too slow for the budget on this machine; needs a draft model",
         flag="--show-draft-first", see="models.md#the-draft-shown-before-the-verdict")
+    compiled_step: bool = setting(
+        False, "run the verifier's and the draft model's passes through the compiled decode step (torch.compile; CUDA "
+        "graphs on a GPU), compiled in the background at load while the usual caches serve; off until a GPU run measures it",
+        flag="--compiled-step", see="architecture.md#the-compiled-decode-step")
     adaptive_drafting: bool = setting(True, "switch to prompt lookup when draft acceptance stays under 50 %")
     warm: bool = setting(
         True, "prefill the prompt window at the cursor in the background before a completion is asked for",
@@ -116,7 +120,7 @@ class Settings:
         if self.backend:
             return ("remote", self.backend, self.backend_model, self.backend_tokenizer, self.api_key_env)
         return (self.verifier, self.draft if needs_draft_model(self.drafter) else "none", self.dtype, self.device,
-                self.show_draft_first)
+                self.show_draft_first, self.compiled_step)
 
     def language_enabled(self, language_id: str | None) -> bool:
         return self.enabled and (language_id or "") not in self.disabled_languages

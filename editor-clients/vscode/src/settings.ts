@@ -9,8 +9,8 @@ import * as path from 'path';
 export const SERVER_SETTINGS = [
   'verifier', 'draft', 'drafter', 'dtype', 'device', 'budgetMs', 'maxNewTokens', 'multiline', 'enabled',
   'disabledLanguages', 'prefixTokens', 'suffixTokens', 'otherDocumentsTokens', 'coldPrefixTokens',
-  'showDraftFirst', 'adaptiveDrafting', 'warm', 'anticipate', 'answerBeforeNextKey', 'minConfidence', 'backend', 'backendModel',
-  'backendTokenizer', 'apiKeyEnv',
+  'showDraftFirst', 'compiledStep', 'adaptiveDrafting', 'warm', 'anticipate', 'answerBeforeNextKey', 'minConfidence',
+  'backend', 'backendModel', 'backendTokenizer', 'apiKeyEnv',
 ];
 /** Where the VS Code setting has another name: `quickdraft.enable` is also the status-bar toggle. */
 export const VSCODE_NAMES: Record<string, string> = { enabled: 'enable' };
