@@ -70,3 +70,40 @@ def test_a_measurement_times_a_real_model(tiny_model_dir):
     speed = calibration.measure(str(tiny_model_dir), dtype="float32")
     assert speed.pass_ms > 0 and speed.one_token_ms > 0 and speed.prompt_tokens_per_s > 0
     assert speed.precision == "float32"
+
+
+def install(home, *names):
+    from engine.models import store
+
+    for name in names:
+        path = store.model_dir(name, home)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / store.MANIFEST).write_text("{}")
+
+
+def test_a_machine_is_measured_once_it_holds_two_verifiers_and_again_for_a_new_one(tmp_path):
+    assert not calibration.needed(tmp_path)
+    install(tmp_path, SMALL)
+    assert not calibration.needed(tmp_path)  # one model: nothing to choose
+    install(tmp_path, LARGE)
+    assert calibration.needed(tmp_path) and not calibration.needed(tmp_path, has_gpu=True)
+    calibration.save(speeds(91, 120, 237, 38)[:1], choose_verifier(speeds(91, 120, 237, 38)[:1], 200), 200, tmp_path)
+    assert calibration.needed(tmp_path)  # the record measured the 0.5B alone
+    measured = speeds(91, 120, 237, 38)
+    calibration.save(measured, choose_verifier(measured, 200), 200, tmp_path)
+    assert not calibration.needed(tmp_path)
+
+
+def test_pulling_the_second_verifier_measures_the_machine_and_the_default_follows(tmp_path, monkeypatch, capsys):
+    from lsp_server.cli import models
+    from lsp_server.workspace.settings import machine_defaults
+
+    monkeypatch.setenv("QUICKDRAFT_HOME", str(tmp_path))
+    install(tmp_path, SMALL, LARGE)
+    fast = {speed.name: speed for speed in speeds(30, 900, 80, 320)}  # a machine that affords the 1.5B
+    monkeypatch.setattr(calibration, "measure", lambda name: fast[name])
+    models._calibrate_once()
+    assert "measuring which it affords" in capsys.readouterr().out
+    assert calibration.load()["verifier"] == LARGE and machine_defaults("cpu").verifier == LARGE
+    models._calibrate_once()  # measured: not again
+    assert capsys.readouterr().out == ""

