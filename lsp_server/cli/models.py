@@ -91,13 +91,12 @@ def _pull(args: argparse.Namespace) -> int:
 def _calibrate_once() -> None:
     """The first time a CPU machine holds two verifiers to choose from, measure which it affords
     (`quickdraft doctor --calibrate` measures again): the server's default then takes the choice."""
-    import torch
-
     from engine.bench import calibration
+    from engine.models.loading import default_device
     from lsp_server.cli.doctor import calibrate
     from lsp_server.workspace.settings import machine_defaults
 
-    if calibration.needed(has_gpu=torch.cuda.is_available()):
+    if calibration.needed(has_gpu=default_device().type == "cuda"):  # as machine_defaults tells the machine
         print("first time this machine holds both CPU verifiers: measuring which it affords "
               "(skip with --no-calibrate)")
         calibrate(machine_defaults("cpu").budget_ms)
