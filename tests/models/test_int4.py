@@ -10,7 +10,8 @@ import torch
 from engine.errors import ModelError
 from engine.kernels import cpu_int4
 from engine.models.loading import load_model, parse_precision
-from engine.models.quantize import Int4Linear, float_weights, pass_prompt_tokens, quantize_weights
+from engine.models.quantize import ROWS_PER_READ, Int4Linear, float_weights, pass_prompt_tokens, quantize_weights
+from support.tiny_models import assert_logits_close
 
 pytestmark = pytest.mark.skipif(cpu_int4.why_unavailable() is not None, reason=str(cpu_int4.why_unavailable()))
 
@@ -69,10 +70,14 @@ def test_an_int4_layer_reads_its_float_weights_on_prompt_chunks():
     assert quantize_weights(model, "int4") == 1
     quantized = model[0]
     assert isinstance(quantized, Int4Linear) and quantized.weight is layer.weight
-    x = torch.randn(3, 256)
-    with float_weights(model):
-        assert torch.equal(model(x), layer(x))
-    assert torch.allclose(model(x), x @ quantized.dequantized().T + layer.bias, atol=0.05)
+    chunk, row = torch.randn(ROWS_PER_READ + 1, 256), torch.randn(1, 256)
+    with torch.no_grad():
+        with float_weights(model):
+            assert_logits_close(model(chunk), layer(chunk))
+            # A chunk's last-token logits are one row: the quantized weights, a sixth of the bytes.
+            assert torch.equal(model(row), quantized.quantized_matmul(row) + layer.bias)
+        assert torch.allclose(model(chunk), chunk @ quantized.dequantized().T + layer.bias, atol=0.05)
+        assert not torch.allclose(model(chunk), layer(chunk), atol=1e-3)
     assert pass_prompt_tokens(model) is not None
 
 
