@@ -1,5 +1,6 @@
 """What each weight format costs a CPU decoding pass: `quickdraft bench passes --device cpu
---compare-weights int8,int4,float`.
+--compare-weights int8,int4,float`; and what a cold prompt chunk costs with each matmul that
+multiplies chunks by the float weights (ATen's, oneDNN's), on the first quantized format.
 
 Each model (random weights, the real shapes: a pass costs the same whatever the values) is built
 once in float and given each format on a copy that shares its float weights; the passes of the
@@ -21,7 +22,7 @@ import torch
 
 from engine.decoding.kv import KVCache
 from engine.models.cpu_attention import use_decode_attention
-from engine.models.quantize import Int8Linear, QuantizedLinear, quantize_weights
+from engine.models.quantize import PROMPT_MATMULS, Int8Linear, QuantizedLinear, quantize_weights
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,9 @@ class WeightsBenchConfig:
     dtype: torch.dtype = torch.float32  # of the activations (and the float weights)
     context: int = 512
     sizes: tuple[int, ...] = (1, 2, 4, 8)  # tokens a pass feeds: k + 1
+    # Cold prompt chunks: a typed line's suffix and prompt tail (17 tokens, just past PASS_PROMPT_TOKENS),
+    # and the 128-token window a jump reads first.
+    prompt_sizes: tuple[int, ...] = (17, 128)
     repeats: int = 9
     seed: int = 0
 
@@ -77,6 +81,7 @@ def run_weights_bench(config: WeightsBenchConfig, progress: Callable[[str], None
 
     timer, rng = Timer("cpu"), torch.Generator().manual_seed(config.seed)
     rows: list[dict] = []
+    prompt_rows: list[dict] = []
     for name in config.models:
         progress(f"building {name} (random weights) in {', '.join(config.formats)}")
         base = build_model(name, "cpu", config.dtype, config.seed)
@@ -99,13 +104,42 @@ def run_weights_bench(config: WeightsBenchConfig, progress: Callable[[str], None
         rows += [{"model": name, "weights": weights, "weight_bytes": weight_bytes(model),
                   "pass_ms": {size: statistics.median(times[weights, size]) for size in config.sizes}}
                  for weights, model in variants.items()]
+        quantized = next((caches[w] for w, model in variants.items() if hasattr(model, "quantized_weight_choice")), None)
+        if quantized is not None and config.prompt_sizes:
+            progress(f"{name}: cold prompt chunks of {', '.join(map(str, config.prompt_sizes))} tokens, "
+                     f"{' and '.join(PROMPT_MATMULS)} matmuls")
+            prompt_rows += _time_prompt_chunks(name, quantized, config, timer, rng)
         del base, variants, caches
         gc.collect()
     _add_ratios(rows, config.baseline)
     dtype = str(config.dtype).removeprefix("torch.")
     return {"environment": environment(), "config": {"context": config.context, "repeats": config.repeats,
                                                      "activations": dtype, "baseline": list(config.baseline)},
-            "rows": rows}
+            "rows": rows, "prompt_chunks": prompt_rows}
+
+
+def _time_prompt_chunks(name: str, cache: KVCache, config: WeightsBenchConfig, timer, rng) -> list[dict]:
+    """Each chunk read cold by each prompt matmul in turn, so a busy machine slows them alike."""
+    from engine.bench.passes import random_tokens
+
+    choice = cache.model.quantized_weight_choice
+    default = choice.prompt_matmul
+    times = {(matmul, size): [] for matmul in PROMPT_MATMULS for size in config.prompt_sizes}
+    try:
+        for repeat in range(config.repeats + 1):  # one untimed
+            for size in config.prompt_sizes:
+                prompt = random_tokens(cache.model, size, rng)
+                for matmul, multiply in PROMPT_MATMULS.items():
+                    choice.prompt_matmul = multiply
+                    cache.crop(0)
+                    elapsed = timer(partial(cache.prefill, prompt))
+                    if repeat:
+                        times[matmul, size].append(elapsed)
+    finally:
+        choice.prompt_matmul = default
+    return [{"model": name, "matmul": matmul, "default": PROMPT_MATMULS[matmul] is default,
+             "chunk_ms": {size: statistics.median(times[matmul, size]) for size in config.prompt_sizes}}
+            for matmul in PROMPT_MATMULS]
 
 
 def _add_ratios(rows: list[dict], baseline: tuple[str, str]) -> None:
@@ -129,4 +163,12 @@ def format_weights_table(result: dict) -> str:
                  for size, ms in row["pass_ms"].items()]
         lines.append(f"| {row['model'].removeprefix('qwen2.5-coder-')} | {row['weights']} | "
                      f"{row['weight_bytes'] / 1e6:,.0f} | " + " | ".join(cells) + " |")
+    chunks = result.get("prompt_chunks") or []
+    if chunks:
+        sizes = list(chunks[0]["chunk_ms"])
+        lines += ["", "Cold prompt chunks (the float weights, each matmul in turn; * the engine's)", "",
+                  "| model | matmul | " + " | ".join(f"{size} tokens" for size in sizes) + " |",
+                  "|---|---|" + "---|" * len(sizes)]
+        lines += [f"| {row['model'].removeprefix('qwen2.5-coder-')} | {row['matmul']}{' *' if row['default'] else ''} | "
+                  + " | ".join(f"{ms:,.0f} ms" for ms in row["chunk_ms"].values()) + " |" for row in chunks]
     return "\n".join(lines)

@@ -32,11 +32,36 @@ PASS_PROMPT_TOKENS = 16
 QUANTIZE_ROWS = 2048  # rows quantized at a time at load: a block stays in cache (30× faster than whole)
 
 
+def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+# How a prompt chunk multiplies by the float weights. oneDNN's matmul, where it runs, reads a chunk
+# faster than ATen's (MKL's): on a 2-core AMD EPYC with AVX2, 1.2x for 128 tokens and 1.5x for 17
+# (`quickdraft bench passes --device cpu --compare-weights int4`; docs/models.md).
+PROMPT_MATMULS = {"aten": torch.nn.functional.linear, "onednn": _onednn_linear}
+
+
+def _default_prompt_matmul() -> str:
+    try:
+        probe = torch.ones(2, 8)
+        if torch.backends.mkldnn.is_available() and torch.equal(_onednn_linear(probe, probe, None), probe @ probe.T):
+            return "onednn"
+    except (AttributeError, RuntimeError):  # an op this build lacks, a CPU it does not run on
+        pass
+    return "aten"
+
+
+DEFAULT_PROMPT_MATMUL = _default_prompt_matmul()
+
+
 class WeightChoice:
-    """Which weights a model's quantized layers read now; one per model, shared by its layers."""
+    """Which weights a model's quantized layers read now, and how prompt chunks multiply by the
+    float ones; one per model, shared by its layers."""
 
     def __init__(self) -> None:
         self.float_weights = False
+        self.prompt_matmul = PROMPT_MATMULS[DEFAULT_PROMPT_MATMUL]
 
 
 class QuantizedLinear(torch.nn.Module, ABC):
@@ -53,7 +78,7 @@ class QuantizedLinear(torch.nn.Module, ABC):
         # A prompt chunk's last-token logits are one row: the output layer reads its quantized weights
         # for them, a sixth of the float bytes (35 ms of a 0.5B's chunk on 2 cores, 5 ms in 4 bits).
         if self.choice.float_weights and x.numel() > ROWS_PER_READ * self.in_features:
-            return float_linear(x, self.weight, self.bias)
+            return self.choice.prompt_matmul(x, self.weight, self.bias)
         rows = x.reshape(-1, self.in_features).contiguous()
         y = self.quantized_matmul(rows).reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
@@ -115,26 +140,6 @@ class Int4Linear(QuantizedLinear):
 
     def dequantized(self) -> torch.Tensor:
         return cpu_int4.dequantize(self.blocks)
-
-
-def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
-
-
-def _pick_float_linear():
-    """oneDNN's float matmul where it runs, else ATen's (MKL). On a 2-core AMD EPYC with AVX2
-    a 0.5B's prompt chunk of 17 tokens reads in 204 ms with it against 288, 144 tokens in 805 against
-    857; the 1.5B's, 649 against 989 and 2,784 against 3,428 (docs/models.md, "Prompt chunks")."""
-    try:
-        probe = torch.ones(2, 8)
-        if torch.backends.mkldnn.is_available() and torch.equal(_onednn_linear(probe, probe, None), probe @ probe.T):
-            return _onednn_linear
-    except (AttributeError, RuntimeError):
-        pass
-    return torch.nn.functional.linear
-
-
-float_linear = _pick_float_linear()
 
 
 def rounded_up(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -43,7 +43,8 @@ def add_parser(kinds) -> None:
                         help="CPU: the 0.5B and 1.5B shapes (or --verifiers) in each weight format, comma-separated "
                              "from int8, int4, float (the --dtype activations) and int8-f32rows (int8 as read before "
                              "2026-12-07), passes of 1, 2, 4 and 8 tokens "
-                             "side by side; writes weights.json")
+                             "side by side, then cold prompt chunks of 17 and 128 tokens with ATen's and oneDNN's "
+                             "matmul; writes weights.json")
     passes.set_defaults(handler=run_passes)
 
 
@@ -125,7 +126,7 @@ def _compare_weights(args: argparse.Namespace, device, dtype) -> int:
     if args.verifiers:
         config.models = (config.models[0], *(_verifiers(args.verifiers) or ()))
     if args.quick:
-        config.models, config.context, config.sizes = ("quick-draft", "quick-verifier"), 32, (1, 4)
+        config.models, config.context, config.sizes, config.prompt_sizes = ("quick-draft", "quick-verifier"), 32, (1, 4), (17, 32)
     result = run_weights_bench(config, progress=lambda text: print(text, file=sys.stderr))
     return _report(result, format_weights_table(result), Path(args.out) / "weights.json")
 

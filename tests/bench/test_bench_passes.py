@@ -112,6 +112,7 @@ def test_every_qwen_shape_has_its_published_size():
 
 def test_compare_weights_times_each_format_of_each_model_side_by_side(tmp_path, capsys):
     from engine.kernels import cpu_int4
+    from engine.models.quantize import DEFAULT_PROMPT_MATMUL, PROMPT_MATMULS
 
     formats = ["int8", "int8-f32rows", "float"] + (["int4"] if cpu_int4.why_unavailable() is None else [])
     args = ["bench", "passes", "--quick", "--device", "cpu", "--compare-weights", ",".join(formats)]
@@ -125,7 +126,14 @@ def test_compare_weights_times_each_format_of_each_model_side_by_side(tmp_path, 
     if "int4" in by_format:
         assert by_format["int4"]["weight_bytes"] < by_format["int8"]["weight_bytes"]
     assert result["rows"][0]["ratio"] == {"1": 1.0, "4": 1.0}  # the quick draft in int8 is the baseline
-    assert "| quick-verifier | int8 |" in capsys.readouterr().out
+    # Cold prompt chunks, each prompt matmul in turn, the engine's own marked.
+    chunks = result["prompt_chunks"]
+    assert [(r["model"], r["matmul"]) for r in chunks] == [(m, matmul) for m in ("quick-draft", "quick-verifier")
+                                                           for matmul in PROMPT_MATMULS]
+    assert all(ms > 0 for r in chunks for ms in r["chunk_ms"].values())
+    assert sum(r["default"] for r in chunks) == 2
+    out = capsys.readouterr().out
+    assert "| quick-verifier | int8 |" in out and f"| quick-verifier | {DEFAULT_PROMPT_MATMUL} * |" in out
 
 
 def test_compare_weights_refuses_an_unknown_format(capsys):

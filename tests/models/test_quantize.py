@@ -11,8 +11,8 @@ from engine.drafters import DrafterConfig, make_drafter
 from engine.errors import ModelError
 from engine.kernels import cpu_int4
 from engine.models.loading import load_model, parse_precision
-from engine.models.quantize import (PASS_PROMPT_TOKENS, ROWS_PER_READ, Int8Linear, WeightChoice, float_weights,
-                                    pass_prompt_tokens, quantize_weights)
+from engine.models.quantize import (DEFAULT_PROMPT_MATMUL, PASS_PROMPT_TOKENS, PROMPT_MATMULS, ROWS_PER_READ, Int8Linear,
+                                    WeightChoice, float_weights, pass_prompt_tokens, quantize_weights)
 from support.tiny_models import assert_logits_close
 
 
@@ -135,3 +135,13 @@ def test_a_long_prompt_rest_is_prefilled_and_the_first_pass_feeds_its_last_token
             decoder.generate(list(range(5, 5 + tail)), config)
             expected = [(tail, False)] if tail <= PASS_PROMPT_TOKENS else [(tail - 1, True), (1, False)]
             assert forwards == expected
+
+
+def test_prompt_chunks_multiply_with_onednn_where_the_build_has_it_and_agree_with_aten():
+    assert DEFAULT_PROMPT_MATMUL == ("onednn" if torch.backends.mkldnn.is_available() else "aten")
+    assert WeightChoice().prompt_matmul is PROMPT_MATMULS[DEFAULT_PROMPT_MATMUL]
+    torch.manual_seed(0)
+    x, weight, bias = torch.randn(1, 40, 256), torch.randn(96, 256) * 0.05, torch.randn(96)
+    expected = PROMPT_MATMULS["aten"](x, weight, bias)
+    for multiply in PROMPT_MATMULS.values():
+        assert_logits_close(multiply(x, weight, bias), expected)
