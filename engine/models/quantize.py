@@ -36,23 +36,19 @@ def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
-# How a prompt chunk multiplies by the float weights. oneDNN's matmul, where it runs, reads a chunk
-# faster than ATen's (MKL's): on a 2-core AMD EPYC with AVX2, 1.2x for 128 tokens and 1.5x for 17
-# (`quickdraft bench passes --device cpu --compare-weights int4`; docs/models.md).
-PROMPT_MATMULS = {"aten": torch.nn.functional.linear, "onednn": _onednn_linear}
-
-
-def _default_prompt_matmul() -> str:
+def _onednn_runs() -> bool:
     try:
         probe = torch.ones(2, 8)
-        if torch.backends.mkldnn.is_available() and torch.equal(_onednn_linear(probe, probe, None), probe @ probe.T):
-            return "onednn"
+        return torch.backends.mkldnn.is_available() and torch.equal(_onednn_linear(probe, probe, None), probe @ probe.T)
     except (AttributeError, RuntimeError):  # an op this build lacks, a CPU it does not run on
-        pass
-    return "aten"
+        return False
 
 
-DEFAULT_PROMPT_MATMUL = _default_prompt_matmul()
+# How a prompt chunk multiplies by the float weights, of those that run here. oneDNN's matmul reads a
+# chunk faster than ATen's (MKL's): on a 2-core AMD EPYC with AVX2, 1.2x for 128 tokens and 1.5x for 17
+# (`quickdraft bench passes --device cpu --compare-weights int4`; docs/models.md).
+PROMPT_MATMULS = {"aten": torch.nn.functional.linear, **({"onednn": _onednn_linear} if _onednn_runs() else {})}
+DEFAULT_PROMPT_MATMUL = "onednn" if "onednn" in PROMPT_MATMULS else "aten"
 
 
 class WeightChoice:

@@ -42,9 +42,8 @@ def add_parser(kinds) -> None:
     passes.add_argument("--compare-weights", metavar="FORMATS",
                         help="CPU: the 0.5B and 1.5B shapes (or --verifiers) in each weight format, comma-separated "
                              "from int8, int4, float (the --dtype activations) and int8-f32rows (int8 as read before "
-                             "2026-12-07), passes of 1, 2, 4 and 8 tokens "
-                             "side by side, then cold prompt chunks of 17 and 128 tokens with ATen's and oneDNN's "
-                             "matmul; writes weights.json")
+                             "2026-12-07), passes of 1, 2, 4 and 8 tokens side by side, then cold prompt chunks "
+                             "of 17 and 128 tokens with ATen's and (where it runs) oneDNN's matmul; writes weights.json")
     passes.set_defaults(handler=run_passes)
 
 
