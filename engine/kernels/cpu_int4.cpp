@@ -16,7 +16,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -49,23 +48,43 @@ struct QuantizedRows {
   std::vector<float> group_sums;
 };
 
+inline float horizontal_max(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
+inline int32_t horizontal_sum(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// Round to nearest, ties to even (what std::nearbyint does in the default rounding mode).
 QuantizedRows quantize_rows(const float* x, int64_t rows, int64_t k) {
   const int64_t blocks = k / kBlock;
   QuantizedRows q{std::vector<int8_t>(rows * k), std::vector<float>(rows * blocks), std::vector<float>(rows * k / kGroup)};
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  const __m256i in_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // packs work within 128-bit lanes
   for (int64_t b = 0; b < rows * blocks; ++b) {
     const float* in = x + b * kBlock;
-    float amax = 0.f;
-    for (int64_t i = 0; i < kBlock; ++i) amax = std::max(amax, std::fabs(in[i]));
-    const float step = amax / 127.f;
-    const float inverse = step > 0.f ? 1.f / step : 0.f;
-    int8_t* out = q.codes.data() + b * kBlock;
+    __m256 amax = _mm256_setzero_ps();
+    for (int64_t i = 0; i < kBlock; i += 8) amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_loadu_ps(in + i)));
+    const float step = horizontal_max(amax) / 127.f;
+    const __m256 inverse = _mm256_set1_ps(step > 0.f ? 1.f / step : 0.f);
     for (int64_t g = 0; g < kGroups; ++g) {
-      int32_t sum = 0;
-      for (int64_t i = g * kGroup; i < (g + 1) * kGroup; ++i) {
-        out[i] = static_cast<int8_t>(std::nearbyint(in[i] * inverse));
-        sum += out[i];
+      __m256i codes[4];
+      for (int j = 0; j < 4; ++j) {
+        const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(in + g * kGroup + 8 * j), inverse);
+        codes[j] = _mm256_cvtps_epi32(_mm256_round_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
       }
-      q.group_sums[b * kGroups + g] = step * static_cast<float>(sum);
+      const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(codes[0], codes[1]), _mm256_packs_epi32(codes[2], codes[3]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q.codes.data() + b * kBlock + g * kGroup),
+                          _mm256_permutevar8x32_epi32(bytes, in_order));
+      const __m256i sum = _mm256_add_epi32(_mm256_add_epi32(codes[0], codes[1]), _mm256_add_epi32(codes[2], codes[3]));
+      q.group_sums[b * kGroups + g] = step * static_cast<float>(horizontal_sum(sum));
     }
     q.step[b] = step;
   }
@@ -156,6 +175,15 @@ torch::Tensor int4_matmul(const torch::Tensor& x, const torch::Tensor& codes, co
   return y.to(x.scalar_type());
 }
 
+// How many threads at::parallel_for runs a kernel-sized loop on: 1 where the build lacks the
+// flags of torch's threading (OpenMP's parallel region compiled away), whatever torch is set to.
+int64_t parallel_threads() {
+  std::vector<int> used(at::get_num_threads(), 0);
+  at::parallel_for(0, 1024, 16, [&](int64_t, int64_t) { used[at::get_thread_num()] = 1; });
+  return std::count(used.begin(), used.end(), 1);
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("int4_matmul", &int4_matmul, "x @ weights.T with 4-bit block weights (AVX2)");
+  m.def("parallel_threads", &parallel_threads, "the threads a kernel's loop runs on");
 }

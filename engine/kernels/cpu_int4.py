@@ -27,6 +27,9 @@ CODE_MAX = 15
 SCALE_MAX = 255  # group scales and offsets are 8-bit
 SOURCE = Path(__file__).with_name("cpu_int4.cpp")
 FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c"]
+# at::parallel_for is inlined into the kernel: where torch threads with OpenMP, only these flags
+# keep its parallel region (without them the kernel runs on one core, at half the speed on two).
+THREAD_FLAGS = ["-fopenmp"] if torch.backends.openmp.is_available() else []
 
 
 class KernelUnavailable(RuntimeError):
@@ -115,7 +118,8 @@ def kernel():
 
     started = time.perf_counter()
     try:
-        module = load(name="quickdraft_cpu_int4", sources=[str(SOURCE)], extra_cflags=FLAGS,
+        module = load(name="quickdraft_cpu_int4", sources=[str(SOURCE)], extra_cflags=FLAGS + THREAD_FLAGS,
+                      extra_ldflags=THREAD_FLAGS,
                       verbose=os.environ.get("QUICKDRAFT_KERNEL_VERBOSE") == "1")
     except Exception as error:  # no compiler, no ninja, a compile error: the reason is in the message
         text = " ".join(str(error).split())[:300]

@@ -56,6 +56,16 @@ def test_the_kernel_computes_with_the_stored_weights_and_int8_rows(rows, dtype):
     assert ((got.float() - exact).abs() <= bound + float_slack).all()
 
 
+def test_the_kernel_runs_on_every_thread_torch_has():
+    """Built without torch's threading flags, the kernel's parallel loop silently runs on one core."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert cpu_int4.kernel().parallel_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_the_kernel_refuses_what_it_cannot_read():
     blocks = cpu_int4.quantize(weights(4, 256))
     with pytest.raises(RuntimeError, match="multiple of 128"):
