@@ -59,9 +59,11 @@ def test_the_choice_is_kept_per_machine_and_becomes_the_cpu_default(tmp_path, mo
     assert machine_defaults("cpu").verifier == LARGE
     assert machine_defaults("gpu").verifier == MACHINE_DEFAULTS["gpu"]["verifier"]  # a CPU figure only
     record = json.loads(path.read_text())
-    record["machine"]["cores"] = -1  # another machine's: measured again, not used
-    path.write_text(json.dumps(record))
-    assert calibration.load() is None and machine_defaults("cpu").verifier == MACHINE_DEFAULTS["cpu"]["verifier"]
+    for key, other in (("cores", -1), ("int4_kernel", "an older kernel")):  # measured again, not used
+        changed = json.loads(json.dumps(record))
+        changed["machine"][key] = other
+        path.write_text(json.dumps(changed))
+        assert calibration.load() is None and machine_defaults("cpu").verifier == MACHINE_DEFAULTS["cpu"]["verifier"]
     path.write_text("{not json")
     assert calibration.load() is None
 

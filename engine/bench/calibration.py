@@ -74,8 +74,9 @@ def choose_verifier(speeds: list[ModelSpeed], budget_ms: float) -> Choice:
 
 
 def machine_key() -> dict:
-    """What the measurement depends on: a changed CPU, core count or torch measures again.
-    No torch import: the server reads this before any model is loaded."""
+    """What the measurement depends on: a changed CPU, core count, torch or 4-bit kernel measures
+    again. No torch import: the server reads this before any model is loaded."""
+    import hashlib
     import platform
     from importlib.metadata import PackageNotFoundError, version
 
@@ -85,7 +86,12 @@ def machine_key() -> dict:
         torch_version = version("torch")
     except PackageNotFoundError:
         torch_version = None
-    return {"cpu": cpu_model(), "cores": os.cpu_count(), "torch": torch_version, "machine": platform.machine()}
+    try:
+        kernel = hashlib.sha256((Path(__file__).parents[1] / "kernels" / "cpu_int4.cpp").read_bytes()).hexdigest()[:16]
+    except OSError:
+        kernel = None
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "torch": torch_version, "machine": platform.machine(),
+            "int4_kernel": kernel}
 
 
 def cache_path(home: Path | None = None) -> Path:
