@@ -66,6 +66,21 @@ def test_the_kernel_runs_on_every_thread_torch_has():
         torch.set_num_threads(before)
 
 
+def test_a_compiler_without_openmp_still_gets_the_kernel_on_one_core(monkeypatch, caplog):
+    monkeypatch.setattr(cpu_int4, "THREAD_FLAGS", ["-fno-such-threading-flag"])  # the compiler refuses it
+    module = cpu_int4.kernel.__wrapped__()  # a fresh build, not the cached module
+    assert "building it for one core" in caplog.text
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert module.parallel_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    blocks = cpu_int4.quantize(weights(8, 256))
+    x = torch.randn(3, 256)
+    assert torch.equal(module.int4_matmul(x, blocks.codes, blocks.group_scales, blocks.block_scales), cpu_int4.matmul(x, blocks))
+
+
 def test_the_kernel_refuses_what_it_cannot_read():
     blocks = cpu_int4.quantize(weights(4, 256))
     with pytest.raises(RuntimeError, match="multiple of 128"):
