@@ -86,8 +86,11 @@ def machine_key() -> dict:
         torch_version = version("torch")
     except PackageNotFoundError:
         torch_version = None
+    # The kernel's source and its build flags (cpu_int4.py), read as files: importing it imports torch.
+    kernels = Path(__file__).parents[1] / "kernels"
     try:
-        kernel = hashlib.sha256((Path(__file__).parents[1] / "kernels" / "cpu_int4.cpp").read_bytes()).hexdigest()[:16]
+        kernel = hashlib.sha256(b"".join((kernels / name).read_bytes() for name in ("cpu_int4.cpp", "cpu_int4.py")))
+        kernel = kernel.hexdigest()[:16]
     except OSError:
         kernel = None
     return {"cpu": cpu_model(), "cores": os.cpu_count(), "torch": torch_version, "machine": platform.machine(),

@@ -56,26 +56,24 @@ def test_the_kernel_computes_with_the_stored_weights_and_int8_rows(rows, dtype):
     assert ((got.float() - exact).abs() <= bound + float_slack).all()
 
 
-def test_the_kernel_runs_on_every_thread_torch_has():
-    """Built without torch's threading flags, the kernel's parallel loop silently runs on one core."""
+@pytest.fixture
+def two_threads():
     before = torch.get_num_threads()
     torch.set_num_threads(2)
-    try:
-        assert cpu_int4.kernel().parallel_threads() == 2
-    finally:
-        torch.set_num_threads(before)
+    yield
+    torch.set_num_threads(before)
 
 
-def test_a_compiler_without_openmp_still_gets_the_kernel_on_one_core(monkeypatch, caplog):
+def test_the_kernel_runs_on_every_thread_torch_has(two_threads):
+    """Built without torch's threading flags, the kernel's parallel loop silently runs on one core."""
+    assert cpu_int4.kernel().parallel_threads() == 2
+
+
+def test_a_compiler_without_openmp_still_gets_the_kernel_on_one_core(monkeypatch, caplog, two_threads):
     monkeypatch.setattr(cpu_int4, "THREAD_FLAGS", ["-fno-such-threading-flag"])  # the compiler refuses it
     module = cpu_int4.kernel.__wrapped__()  # a fresh build, not the cached module
     assert "building it for one core" in caplog.text
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        assert module.parallel_threads() == 1
-    finally:
-        torch.set_num_threads(before)
+    assert module.parallel_threads() == 1
     blocks = cpu_int4.quantize(weights(8, 256))
     x = torch.randn(3, 256)
     assert torch.equal(module.int4_matmul(x, blocks.codes, blocks.group_scales, blocks.block_scales), cpu_int4.matmul(x, blocks))
