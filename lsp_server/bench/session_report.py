@@ -86,6 +86,7 @@ def figures(run: ReportedSession, records: Sequence, typed_chars: int) -> dict:
         "keys_on_screen": keys_on_screen(records, typed_chars),
         "first_ghost_text_after_jump_s": spread(first_ghost_text_after_jumps(run)),
         "jumps": len(run.jumps),
+        "jumps_with_text_before_first_key": text_before_first_key(run),
         "load_s": round(getattr(run, "load_s", 0.0), 1),
         "server_status": run.status.get("message"),
         "server_stats": {k: v for k, v in (run.final_stats or {}).items() if k != "recent"},
@@ -153,14 +154,29 @@ def keys_on_screen(records, typed_chars: int) -> float | None:
 def first_ghost_text_after_jumps(run: ReportedSession) -> list[float]:
     """Per jump to a body, seconds until the first non-empty ghost text there (jumps that saw
     none before the user moved on are left out; `jumps` in the summary counts them all)."""
-    times = []
+    return [round(shown - jump["jump_s"], 3) for jump in run.jumps
+            if (shown := _first_shown_s(_at_jump(run, jump))) is not None]
+
+
+def text_before_first_key(run: ReportedSession) -> int:
+    """Jumps whose first ghost text came before the user's first key there: the answer to the
+    emptied body (or to asking again on its ready notification), not to the typing after it."""
+    count = 0
     for jump in run.jumps:
-        shown = [r.answered_s for r in run.records
-                 if (r.file, r.hole) == (jump["file"], jump["hole"]) and r.status == "answered" and r.shown
-                 and r.answered_s is not None]
-        if shown:
-            times.append(round(min(shown) - jump["jump_s"], 3))
-    return times
+        records = _at_jump(run, jump)
+        shown = _first_shown_s(records)
+        first_key = min((r.sent_s for r in records if r.typed >= 1), default=None)
+        count += shown is not None and (first_key is None or shown < first_key)
+    return count
+
+
+def _at_jump(run: ReportedSession, jump: dict) -> list:
+    return [r for r in run.records if (r.file, r.hole) == (jump["file"], jump["hole"])]
+
+
+def _first_shown_s(records: Sequence) -> float | None:
+    return min((r.answered_s for r in records if r.status == "answered" and r.shown and r.answered_s is not None),
+               default=None)
 
 
 def summarize_editors(runs: Sequence[ReportedSession]) -> dict:
@@ -206,7 +222,8 @@ def format_table(result: dict) -> str:
                      fmt(s.get("keys_on_screen"), 0, "%", 100),
                      fmt(s["tau"], 2), fmt(s["prefill_tokens"]["p50"]), str(s.get("ready_requests", 0)),
                      f"{fmt(first.get('p50'), 2)}/{fmt(first.get('p90'), 2)} "
-                     f"({first.get('n', 0)} of {s.get('jumps', 0)})"))
+                     f"({first.get('n', 0)} of {s.get('jumps', 0)}, {s.get('jumps_with_text_before_first_key', 0)} "
+                     "before a key)"))
     config = result["config"]
     typing = f"{config['typing_cps']} chars/s, debounce {config['debounce_ms']:.0f} ms"
     return "\n".join([*text_table(rows), *language_table(result["modes"]), *collector_lines(result["modes"]),

@@ -321,6 +321,25 @@ def test_session_bench_jump_scenario_follows_ready_notifications(tiny_model_dir,
     assert result["jumps"] == 2
     first = result["first_ghost_text_after_jump_s"]
     assert 1 <= first["n"] <= 2 and first["p50"] > 0
+    # The ready answer at the emptied body came in the 600 ms pause, before the first key.
+    assert 1 <= result["jumps_with_text_before_first_key"] <= first["n"]
+
+
+def test_a_jump_counts_as_text_before_a_key_only_where_the_ghost_text_beat_the_first_key():
+    from types import SimpleNamespace as Record
+    from lsp_server.bench.session_report import first_ghost_text_after_jumps, text_before_first_key
+
+    def request(hole, typed, sent_s, answered_s, shown):
+        return Record(file="a.py", hole=hole, typed=typed, sent_s=sent_s, answered_s=answered_s,
+                      status="answered", shown=shown)
+    run = Record(jumps=[{"file": "a.py", "hole": 0, "jump_s": 1.0}, {"file": "a.py", "hole": 1, "jump_s": 9.0},
+                        {"file": "a.py", "hole": 2, "jump_s": 20.0}],
+                 records=[request(0, 0, 1.3, 1.5, ""), request(0, 0, 2.0, 2.0, "if x:"),  # ready, in the pause
+                          request(0, 1, 2.3, 2.3, "f x:"),
+                          request(1, 0, 9.3, 9.5, ""), request(1, 1, 10.3, 10.4, "f y:"),  # at the first key
+                          request(2, 0, 20.3, 20.5, ""), request(2, 1, 21.3, 21.5, "")])  # none at all
+    assert first_ghost_text_after_jumps(run) == [1.0, 1.4]
+    assert text_before_first_key(run) == 1
 
 
 def test_a_patient_typist_waits_for_the_ready_answer(tiny_model_dir, tmp_path, monkeypatch):
