@@ -42,11 +42,6 @@ def figures(run: ReportedSession, records: Sequence, typed_chars: int) -> dict:
     drafted = sum(s.get("drafted", 0) for s in server_model)
     accepted = sum(s.get("accepted", 0) for s in server_model)
 
-    def spread(values: Sequence[float]) -> dict:
-        return {"p50": percentile(values, 50), "p90": percentile(values, 90), "p99": percentile(values, 99),
-                "mean": round(sum(values) / len(values), 2) if values else None,
-                "max": max(values) if values else None, "n": len(values)}
-
     holes = {(hole.path, index): hole for _, _, file_holes in run.files for index, hole in enumerate(file_holes)}
     parsed = [p for p in (parses(holes, r) for r in shown) if p is not None]
     return {
@@ -84,9 +79,7 @@ def figures(run: ReportedSession, records: Sequence, typed_chars: int) -> dict:
         "ready_requests": sum(r.trigger == "ready" for r in records),
         "kept_requests": sum((r.server or {}).get("source") == "kept" for r in answered),
         "keys_on_screen": keys_on_screen(records, typed_chars),
-        "first_ghost_text_after_jump_s": spread(first_ghost_text_after_jumps(run)),
-        "jumps": len(run.jumps),
-        "jumps_with_text_before_first_key": text_before_first_key(run),
+        **jump_figures(run),
         "load_s": round(getattr(run, "load_s", 0.0), 1),
         "server_status": run.status.get("message"),
         "server_stats": {k: v for k, v in (run.final_stats or {}).items() if k != "recent"},
@@ -149,6 +142,17 @@ def keys_on_screen(records, typed_chars: int) -> float | None:
             last[(r.file, r.hole, r.typed)] = r
     right = sum(bool(r.shown) and bool(r.expected) and r.shown[0] == r.expected[0] for r in last.values())
     return round(right / typed_chars, 4) if typed_chars else None
+
+
+def spread(values: Sequence[float]) -> dict:
+    return {"p50": percentile(values, 50), "p90": percentile(values, 90), "p99": percentile(values, 99),
+            "mean": round(sum(values) / len(values), 2) if values else None,
+            "max": max(values) if values else None, "n": len(values)}
+
+
+def jump_figures(run: ReportedSession) -> dict:
+    return {"first_ghost_text_after_jump_s": spread(first_ghost_text_after_jumps(run)), "jumps": len(run.jumps),
+            "jumps_with_text_before_first_key": text_before_first_key(run)}
 
 
 def first_ghost_text_after_jumps(run: ReportedSession) -> list[float]:
