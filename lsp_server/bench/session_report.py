@@ -187,10 +187,6 @@ def summarize_editors(runs: Sequence[ReportedSession]) -> dict:
     """Latency over every editor's requests together: what one shared server gives N users."""
     answered = [r for run in runs for r in run.records if r.status == "answered"]
     model = [r for r in answered if (r.server or {}).get("source") == "model"]
-
-    def spread(values: Sequence[float]) -> dict:
-        return {"p50": percentile(values, 50), "p90": percentile(values, 90), "n": len(values)}
-
     return {"editors": len(runs), "requests": sum(len(run.records) for run in runs), "answered": len(answered),
             "latency_ms": spread([r.latency_ms for r in answered if r.latency_ms is not None]),
             "latency_ms_model": spread([r.latency_ms for r in model]),
